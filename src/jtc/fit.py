@@ -1,0 +1,136 @@
+"""Least-squares shortcut maps (JTC's "mat"): h_l' ≈ A h_l, no intercept.
+
+One factorisation of the float64 Gram matrix X^T X per source layer serves every target layer.
+Maps follow torch.nn.Linear's convention: weight has shape (d_out, d_in), pred = h @ weight.T.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from .io import CorruptFileError, atomic_path
+
+FORMAT = "jtc-shortcut-v1"
+
+
+MAX_CONDITION = 1e12  # above this (estimated) condition number of X^T X, use the pseudo-inverse
+RHS_BYTES = 64 << 20  # targets solved together: at most this much float64 right-hand side
+
+
+class SourceSolver:
+    """Solves min_W ||X W - Y||² for many Y with one factorisation of X.
+
+    It forms the projection P = (X^T X)^-1 X^T (d × n) once, through a Cholesky factorisation of
+    the float64 Gram matrix, or P = pinv(X) (the minimum-norm solution) when X^T X is singular
+    or ill-conditioned; every target is then one matrix product W = P Y."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = np.asarray(x, dtype=np.float64)
+        gram = self.x.T @ self.x
+        self.method = "cholesky"
+        try:
+            self.factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
+            # a factorisation of a near-singular Gram matrix succeeds but is unreliable
+            rcond, info = scipy.linalg.lapack.dpocon(self.factor[0], np.abs(gram).sum(0).max())
+            if info != 0 or rcond < 1.0 / MAX_CONDITION:
+                raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
+        except (np.linalg.LinAlgError, ValueError):
+            # rank-deficient (constant dimension, fewer samples than width): minimum-norm solution
+            self.method = "pinv"
+            self.projection = np.linalg.pinv(self.x)
+        else:
+            self.projection = scipy.linalg.cho_solve(self.factor, self.x.T, check_finite=False)
+
+    def solve(self, y: np.ndarray) -> np.ndarray:
+        """W of shape (d_in, d_out) with X W ≈ Y; Y may stack several targets side by side."""
+        return self.projection @ np.asarray(y, dtype=np.float64)
+
+    def solve_transposed(self, y: np.ndarray) -> np.ndarray:
+        """W^T (d_out, d_in): stacked targets come out as contiguous row blocks."""
+        return np.asarray(y, dtype=np.float64).T @ self.projection.T
+
+
+def fit_source(
+    x: np.ndarray, targets: Iterable[tuple[int, np.ndarray]]
+) -> tuple[dict[int, np.ndarray], str]:
+    """Weights (d_out, d_in) for each target layer, and the solver used.
+
+    Targets are copied side by side into one float64 buffer (at most RHS_BYTES) and solved with
+    one matrix product per buffer: full BLAS speed, bounded memory."""
+    solver = SourceSolver(x)
+    n = solver.x.shape[0]
+    weights: dict[int, np.ndarray] = {}
+    buffer: np.ndarray | None = None
+    pending: list[tuple[int, int, int]] = []  # (layer, first column, width)
+    used = 0
+
+    def flush() -> None:
+        nonlocal used
+        if pending:
+            solved = solver.solve_transposed(buffer[:, :used])
+            for layer, col, width in pending:
+                weights[layer] = solved[col : col + width]
+            pending.clear()
+            used = 0
+
+    for layer, y in targets:
+        width = y.shape[1]
+        if buffer is None:
+            buffer = np.empty((n, max(width, RHS_BYTES // (8 * n))), dtype=np.float64)
+        if used + width > buffer.shape[1]:
+            flush()
+        buffer[:, used : used + width] = y
+        pending.append((layer, used, width))
+        used += width
+    flush()
+    return weights, solver.method
+
+
+def save_maps(
+    path: str | Path, weights: dict[int, np.ndarray], metadata: dict[str, object]
+) -> None:
+    """Store one source layer's maps: tensor `to_{target}.weight` per target layer."""
+    tensors = {
+        f"to_{t}.weight": np.ascontiguousarray(w, dtype=np.float32)
+        for t, w in sorted(weights.items())
+    }
+    meta = {
+        "format": FORMAT,
+        "convention": "pred = h @ weight.T",
+        "targets": json.dumps(sorted(weights)),
+    }
+    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+
+
+def load_maps(path: str | Path) -> dict[int, np.ndarray]:
+    """{target layer: weight (d_out, d_in)} from a file written by save_maps."""
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
+    maps = {}
+    for name, weight in tensors.items():
+        if not (name.startswith("to_") and name.endswith(".weight")):
+            raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
+        maps[int(name[3:-7])] = weight
+    return maps
+
+
+def shortcut_function(
+    method: str, weights: dict[int, np.ndarray] | None, target: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The prediction of h_target from h_source for a method: identity or a linear map."""
+    if method == "id":
+        return lambda h: h
+    assert weights is not None
+    weight = weights[target].astype(np.float64)
+    return lambda h: h @ weight.T

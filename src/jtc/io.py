@@ -1,0 +1,175 @@
+"""File formats and atomic writes.
+
+Every output is written under a temporary name beside its final path and renamed into place only
+when complete, so an interrupted job never leaves a file that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class CorruptFileError(RuntimeError):
+    """A file that exists but cannot be read as what it should be."""
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path; on success rename it onto `path`, on failure remove it."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(final)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder; on success it replaces `path` (a folder) in one rename."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CorruptFileError(f"cannot read JSON file {path}: {exc}") from exc
+
+
+def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> None:
+    """Write a Parquet table atomically (and a CSV copy next to it when `csv`)."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    if csv:
+        import pyarrow.csv as pacsv
+
+        with atomic_path(Path(path).with_suffix(".csv")) as tmp:
+            pacsv.write_csv(table, tmp)
+
+
+def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptFileError(f"cannot read Parquet file {path}: {exc}") from exc
+
+
+# --- hidden states -------------------------------------------------------------------------
+
+STATE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def states_table(sentence_ids: np.ndarray, positions: np.ndarray, states: np.ndarray) -> pa.Table:
+    """One row per sentence: its id, the drawn position, and the d-dimensional state."""
+    n, d = states.shape
+    values = pa.array(np.ascontiguousarray(states).reshape(-1))
+    return pa.table(
+        {
+            "sentence_id": pa.array(sentence_ids, pa.int64()),
+            "position": pa.array(positions, pa.int32()),
+            "state": pa.FixedSizeListArray.from_arrays(values, d),
+        }
+    )
+
+
+class StateWriter:
+    """Streams rows of one site (layer) to a Parquet file in bounded row groups."""
+
+    def __init__(self, path: Path, width: int, dtype: str, rows_per_group: int):
+        value_type = pa.float16() if dtype == "float16" else pa.float32()
+        schema = pa.schema(
+            [
+                ("sentence_id", pa.int64()),
+                ("position", pa.int32()),
+                ("state", pa.list_(value_type, width)),
+            ]
+        )
+        self.dtype = STATE_DTYPES[dtype]
+        self.rows_per_group = rows_per_group
+        self.writer = pq.ParquetWriter(path, schema, compression="zstd", compression_level=1)
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+
+    def write(self, sentence_ids: np.ndarray, positions: np.ndarray, states: np.ndarray) -> None:
+        self.buffer.append(states_table(sentence_ids, positions, states.astype(self.dtype)))
+        self.buffered += len(sentence_ids)
+        if self.buffered >= self.rows_per_group:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer:
+            table = pa.concat_tables(self.buffer)
+            self.writer.write_table(table, row_group_size=max(len(table), 1))
+            self.buffer, self.buffered = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def layer_file(states_dir: str | os.PathLike, layer: int) -> Path:
+    return Path(states_dir) / f"layer_{layer:03d}.parquet"
+
+
+def read_states(
+    states_dir: str | os.PathLike, layer: int, dtype: type = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read one layer's states as an (n, d) array, with the sentence ids in row order."""
+    path = layer_file(states_dir, layer)
+    table = read_table(path, columns=["sentence_id", "state"])
+    column = table.column("state").combine_chunks()
+    if len(column) == 0:
+        raise CorruptFileError(f"{path} holds no states")
+    width = column.type.list_size
+    values = column.values.to_numpy(zero_copy_only=False)
+    if values.size != len(column) * width or np.isnan(values).any():
+        raise CorruptFileError(f"{path}: state column is malformed or holds NaN")
+    ids = table.column("sentence_id").to_numpy()
+    return ids, values.reshape(len(column), width).astype(dtype, copy=False)
+
+
+def read_aligned(
+    states_dir: str | os.PathLike, layer: int, expected_ids: np.ndarray, dtype: type = np.float64
+) -> np.ndarray:
+    """Read a layer and check that its rows are the same sentences, in the same order."""
+    ids, states = read_states(states_dir, layer, dtype)
+    if not np.array_equal(ids, expected_ids):
+        raise CorruptFileError(
+            f"{layer_file(states_dir, layer)}: rows do not match the other layers' sentences"
+        )
+    return states

@@ -1,0 +1,169 @@
+"""Models: resolve a config entry to weights, cache them once as safetensors, load the cache.
+
+A source is tried in this order and every failure is reported:
+  1. "package:NAME/SUBPATH": a folder or .gguf file inside an installed Python package;
+  2. a local path: a model folder, or a .gguf file;
+  3. a Hugging Face hub id (with an optional revision).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from safetensors.torch import save_model
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+
+from .adapters import get_adapter
+from .io import atomic_dir, read_json
+
+MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
+
+
+class ModelSourceError(RuntimeError):
+    """No source of a model could be loaded."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place to load weights from: a folder or hub id, and a GGUF file name within it."""
+
+    kind: str  # "package", "local", "hub"
+    location: str
+    gguf_file: str | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        where = f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
+        rev = f" @ {self.revision}" if self.revision else ""
+        return f"{self.kind} '{where}{rev}'"
+
+
+def _split_gguf(path: Path) -> tuple[str, str | None]:
+    if path.suffix.lower() == ".gguf":
+        return str(path.parent), path.name
+    return str(path), None
+
+
+def candidates(spec: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
+    """The sources to try for a config entry, and the reasons some were ruled out."""
+    source: str = spec["source"]
+    tried: list[str] = []
+    if source.startswith("package:"):
+        package, _, sub = source[len("package:") :].partition("/")
+        found = importlib.util.find_spec(package) if package else None
+        if found is None or not found.submodule_search_locations:
+            return [], [f"installed package '{package}' (not installed)"]
+        path = Path(list(found.submodule_search_locations)[0]) / sub
+        if not path.exists():
+            return [], [f"installed package '{package}' (has no '{sub}')"]
+        location, gguf = _split_gguf(path)
+        return [Candidate("package", location, gguf)], tried
+    path = Path(source).expanduser()
+    if path.exists():
+        location, gguf = _split_gguf(path.resolve())
+        return [Candidate("local", location, gguf)], tried
+    tried.append(f"local path '{source}' (does not exist)")
+    return [Candidate("hub", source, None, spec.get("revision"))], tried
+
+
+def _auto_class(config: transformers.PretrainedConfig) -> type:
+    adapter = get_adapter(config.model_type)
+    if adapter.task == "causal":
+        return AutoModelForCausalLM
+    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in (config.architectures or [])):
+        return AutoModelForMaskedLM
+    return AutoModel
+
+
+def _load(cand: Candidate, trust_remote_code: bool):
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if cand.gguf_file:
+        kwargs["gguf_file"] = cand.gguf_file
+    if cand.revision:
+        kwargs["revision"] = cand.revision
+    config = AutoConfig.from_pretrained(cand.location, **kwargs)
+    get_adapter(config.model_type)  # fail early on an unsupported architecture
+    model = _auto_class(config).from_pretrained(cand.location, dtype=torch.float32, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(cand.location, **kwargs)
+    return model.eval(), tokenizer
+
+
+def load_from_source(name: str, spec: dict[str, Any]):
+    """Load (model, tokenizer, candidate) from the first source that works."""
+    cands, tried = candidates(spec)
+    for cand in cands:
+        try:
+            model, tokenizer = _load(cand, bool(spec.get("trust_remote_code", False)))
+            return model, tokenizer, cand
+        except Exception as exc:  # noqa: BLE001 - each failure is reported to the user
+            reason = " ".join(str(exc).split())[:300]
+            tried.append(f"{cand.describe()} ({type(exc).__name__}: {reason})")
+    raise ModelSourceError(
+        f"model '{name}' (source '{spec['source']}') could not be loaded; tried: "
+        + "; ".join(tried)
+    )
+
+
+def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dict[str, Any]:
+    config = model.config
+    adapter = get_adapter(config.model_type)
+    blocks = adapter.blocks(model)
+    max_pos = getattr(config, "max_position_embeddings", None) or getattr(
+        config, "n_positions", None
+    )
+    embed = model.get_input_embeddings()
+    return {
+        "name": name,
+        "source": source,
+        "architecture": config.model_type,
+        "model_class": type(model).__name__,
+        "task": adapter.task,
+        "has_lm_head": model.get_output_embeddings() is not None,
+        "num_layers": len(blocks),
+        "hidden_size": int(config.hidden_size),
+        "vocab_size": int(embed.num_embeddings),
+        "max_positions": int(max_pos) if max_pos else None,
+        "mask_token_id": tokenizer.mask_token_id,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "non_embedding_parameters": adapter.non_embedding_parameters(model),
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+
+
+def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`."""
+    model, tokenizer, cand = load_from_source(name, spec)
+    config = model.config
+    if hasattr(config, "quantization_config"):  # GGUF weights are dequantised on load
+        del config.quantization_config
+    with atomic_dir(out_dir) as tmp:
+        config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(tmp)
+        info = model_info(name, model, tokenizer, cand.describe())
+        (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return info
+
+
+def load_cached(model_dir: str | Path):
+    """(model, tokenizer, info) from a folder written by cache_model; no remote code is run."""
+    model_dir = Path(model_dir)
+    info = read_json(model_dir / "info.json")
+    config = AutoConfig.from_pretrained(model_dir)
+    model = _auto_class(config).from_pretrained(model_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return model, tokenizer, info

@@ -1,0 +1,92 @@
+"""mat against scikit-learn; r² against r2_score."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import r2_score as sk_r2
+
+from jtc.fit import SourceSolver, fit_source, load_maps, save_maps, shortcut_function
+from jtc.io import CorruptFileError
+from jtc.metrics import r2_score
+
+
+def problem(n=400, d=24, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)) * rng.uniform(0.1, 10, size=d) + rng.normal(size=d) * 3
+    ys = {t: x @ rng.normal(size=(d, d)) + rng.normal(size=(n, d)) * t + 2.0 for t in (1, 2, 3)}
+    return x, ys
+
+
+def test_mat_equals_sklearn_without_intercept():
+    x, ys = problem()
+    weights, method = fit_source(x, ys.items())
+    assert method == "cholesky"
+    for t, y in ys.items():
+        ref = LinearRegression(fit_intercept=False).fit(x, y)
+        np.testing.assert_allclose(weights[t], ref.coef_, rtol=1e-6, atol=1e-8)
+        pred = shortcut_function("mat", weights, t)(x)
+        np.testing.assert_allclose(pred, ref.predict(x), rtol=1e-6, atol=1e-6)
+
+
+def test_r2_equals_sklearn_uniform_average():
+    x, ys = problem()
+    weights, _ = fit_source(x[:300], ((t, y[:300]) for t, y in ys.items()))
+    for t, y in ys.items():
+        pred = shortcut_function("mat", weights, t)(x[300:])
+        assert abs(r2_score(y[300:], pred) - sk_r2(y[300:], pred)) < 1e-5
+        assert abs(r2_score(y[300:], x[300:]) - sk_r2(y[300:], x[300:])) < 1e-5
+
+
+def test_r2_constant_coordinates_follow_sklearn():
+    rng = np.random.default_rng(1)
+    y = rng.normal(size=(50, 4))
+    y[:, 1] = 3.0
+    pred = y + rng.normal(size=y.shape) * 0.1
+    pred[:, 1] = 3.0  # exact on the constant coordinate
+    assert abs(r2_score(y, pred) - sk_r2(y, pred)) < 1e-12
+    pred[:, 1] = 2.0  # wrong on it
+    assert abs(r2_score(y, pred) - sk_r2(y, pred)) < 1e-12
+
+
+def test_dead_coordinates_count_as_constant():
+    """A coordinate with values ~1e-32 (a dead dimension) must not swamp the mean."""
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=(80, 4))
+    y[:, 2] = rng.normal(size=80) * 1e-32
+    pred = y + rng.normal(size=y.shape) * 0.1
+    assert sk_r2(y, pred) < -1e20  # the plain formula explodes
+    live = [0, 1, 3]
+    expected = (sk_r2(y[:, live], pred[:, live]) * 3 + 0.0) / 4  # dead one: not exact -> 0
+    assert abs(r2_score(y, pred) - expected) < 1e-12
+    pred[:, 2] = y[:, 2] + 1e-40  # predicted to within the tolerance -> 1
+    assert abs(r2_score(y, pred) - (expected * 4 + 1.0) / 4) < 1e-12
+
+
+@pytest.mark.parametrize("case", ["constant_dimension", "fewer_samples_than_width"])
+def test_singular_gram_gives_minimum_norm_solution(case):
+    rng = np.random.default_rng(2)
+    if case == "constant_dimension":
+        x = rng.normal(size=(100, 10))
+        x[:, 3] = 0.0
+    else:
+        x = rng.normal(size=(6, 10))
+    y = rng.normal(size=(len(x), 5))
+    solver = SourceSolver(x)
+    assert solver.method == "pinv"
+    w = solver.solve(y)
+    ref = np.linalg.lstsq(x, y, rcond=None)[0]
+    np.testing.assert_allclose(w, ref, atol=1e-8)
+    assert np.isfinite(w).all()
+
+
+def test_maps_round_trip_and_corrupt_file(tmp_path):
+    x, ys = problem(d=8)
+    weights, _ = fit_source(x, ys.items())
+    path = tmp_path / "from_0.safetensors"
+    save_maps(path, weights, {"method": "mat", "source_layer": 0})
+    loaded = load_maps(path)
+    assert sorted(loaded) == [1, 2, 3]
+    np.testing.assert_allclose(loaded[2], weights[2], rtol=1e-6)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CorruptFileError, match="from_0.safetensors"):
+        load_maps(path)

@@ -1,0 +1,32 @@
+rule download_corpus:
+    output:
+        "data/downloads/{corpus}.tar.gz",
+    log:
+        "logs/download_corpus/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        url=lambda w: config["corpora"][w.corpus]["url"],
+        sha256=lambda w: config["corpora"][w.corpus].get("sha256"),
+    script:
+        "../scripts/download_corpus.py"
+
+
+rule prepare_corpus:
+    input:
+        unpack(corpus_inputs),
+    output:
+        "results/corpora/{corpus}.parquet",
+    log:
+        "logs/prepare_corpus/{corpus}.log",
+    benchmark:
+        "benchmarks/prepare_corpus/{corpus}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        spec=lambda w: config["corpora"][w.corpus],
+        seed=config["seed"],
+        validation_fraction=config["validation_fraction"],
+        code=code_hash("corpus"),
+    script:
+        "../scripts/prepare_corpus.py"

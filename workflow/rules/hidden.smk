@@ -1,0 +1,24 @@
+rule extract_hidden:
+    input:
+        model="results/models/{model}",
+        sentences="results/corpora/{corpus}.parquet",
+    output:
+        directory("results/hidden/{model}/{corpus}/{split}"),
+    log:
+        "logs/extract_hidden/{model}/{corpus}/{split}.log",
+    benchmark:
+        "benchmarks/extract_hidden/{model}/{corpus}/{split}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    params:
+        n=lambda w: config["sizes"][w.split],
+        seed=config["seed"],
+        batch_size=config["batch_size"],
+        max_tokens=config["max_tokens"],
+        dtype=config["storage_dtype"],
+        code=code_hash("corpus", "models", "adapters", "extract"),
+    script:
+        "../scripts/extract_hidden.py"

@@ -1,0 +1,40 @@
+rule r2_table:
+    input:
+        unpack(r2_inputs),
+    output:
+        table="results/metrics/{model}/{corpus}/r2.parquet",
+        csv="results/metrics/{model}/{corpus}/r2.csv",
+    log:
+        "logs/r2_table/{model}/{corpus}.log",
+    benchmark:
+        "benchmarks/r2_table/{model}/{corpus}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    threads: config["threads"]
+    params:
+        methods=config["methods"],
+        code=code_hash("fit", "metrics"),
+    script:
+        "../scripts/r2_table.py"
+
+
+rule plot_r2:
+    input:
+        "results/metrics/{model}/{corpus}/r2.parquet",
+    output:
+        png=report(
+            "results/figures/{model}/{corpus}/r2_{method}.png",
+            caption="../report/r2_heatmap.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"figure": "r² heatmap", "method": "{method}"},
+        ),
+        pdf="results/figures/{model}/{corpus}/r2_{method}.pdf",
+    log:
+        "logs/plot_r2/{model}/{corpus}/{method}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        code=code_hash("plots"),
+    script:
+        "../scripts/plot_r2.py"

@@ -1,0 +1,16 @@
+checkpoint resolve_model:
+    output:
+        directory("results/models/{model}"),
+    log:
+        "logs/resolve_model/{model}.log",
+    benchmark:
+        "benchmarks/resolve_model/{model}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    resources:
+        mem_mb=8000,
+    params:
+        spec=lambda w: config["models"][w.model],
+        code=code_hash("models", "adapters"),
+    script:
+        "../scripts/resolve_model.py"

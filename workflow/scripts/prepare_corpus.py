@@ -1,0 +1,12 @@
+from jtc.logs import job_log
+from jtc.pipeline import prepare_corpus
+
+with job_log(snakemake.log[0]):
+    prepare_corpus(
+        snakemake.wildcards.corpus,
+        dict(snakemake.params.spec),
+        snakemake.input.get("archive"),
+        snakemake.output[0],
+        seed=snakemake.params.seed,
+        validation_fraction=snakemake.params.validation_fraction,
+    )
