@@ -24,7 +24,8 @@ from .io import StateWriter, layer_file, write_json, write_table
 log = logging.getLogger(__name__)
 
 CHUNK_SENTENCES = 2048  # sentences whose states are held in memory at once
-ROW_GROUP_BYTES = 32 << 20  # target size of one Parquet row group
+STATE_BUFFER_BYTES = 512 << 20  # states buffered for writing, all layers together
+ROW_GROUP_BYTES = 64 << 20  # largest Parquet row group
 
 
 def draw_position(seed: int, sentence_id: int, candidates: np.ndarray) -> int:
@@ -208,7 +209,8 @@ def extract(
     n_sites = info["num_layers"] + 1
     width = info["hidden_size"]
     itemsize = 2 if dtype == "float16" else 4
-    rows_per_group = max(256, ROW_GROUP_BYTES // (width * itemsize))
+    row_bytes = width * itemsize
+    rows_per_group = max(256, min(ROW_GROUP_BYTES, STATE_BUFFER_BYTES // n_sites) // row_bytes)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     writers = [
         StateWriter(layer_file(out_dir, layer), width, dtype, rows_per_group)
