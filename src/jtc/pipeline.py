@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import corpus as corpus_lib
@@ -86,8 +87,10 @@ def fit_mat(
     """Fit mat from `source` to every later layer on the training states."""
     info = read_json(Path(train_dir) / "info.json")
     ids, x = read_states(train_dir, source)
+    # targets stay float32 here: fit_source copies them into its float64 buffer
     targets = (
-        (t, read_aligned(train_dir, t, ids)) for t in range(source + 1, info["num_layers"] + 1)
+        (t, read_aligned(train_dir, t, ids, dtype=np.float32))
+        for t in range(source + 1, info["num_layers"] + 1)
     )
     with threadpool_limits(threads):
         weights, solver = fit_source(x, targets)
