@@ -13,7 +13,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,7 +78,6 @@ def main() -> None:
             f"batch {batch_size:4d}: {rate:7.0f} tokens/s = {rate / roofline:6.1%} of roofline "
             f"({elapsed:.1f} s)"
         )
-    _ = np
 
 
 if __name__ == "__main__":
