@@ -18,8 +18,6 @@ from safetensors.numpy import load_file, save_file
 from .io import CorruptFileError, atomic_path
 
 FORMAT = "jtc-shortcut-v1"
-
-
 MAX_CONDITION = 1e12  # above this (estimated) condition number of X^T X, use the pseudo-inverse
 RHS_BYTES = 64 << 20  # targets solved together: at most this much float64 right-hand side
 
