@@ -21,6 +21,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/hidden.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/metrics.smk"
+include: "workflow/rules/prediction.smk"
 
 
 rule all:

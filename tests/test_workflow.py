@@ -81,6 +81,8 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     first = run_snakemake(workdir, "all")
     ran = rules_run(first)
     assert ran["fit_mat"] == 4 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
+    assert ran["decode_predictions"] == 4 and ran["prediction_table"] == 2
+    assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
 
     table = pq.read_table(workdir / "results/metrics/gpt/mini/r2.parquet").to_pandas()
     assert list(table.columns) == [
@@ -97,6 +99,24 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
         for method in ("id", "mat"):
             for ext in ("png", "pdf"):
                 assert (workdir / f"results/figures/{model}/mini/r2_{method}.{ext}").stat().st_size
+    for model in ("gpt", "bert"):
+        prediction = pq.read_table(workdir / f"results/metrics/{model}/mini/prediction.parquet")
+        rows = prediction.to_pylist()
+        assert len(rows) == 2 * 3 * 6  # (id, mat) x layers 0..2 x 6 metrics
+        assert {r["metric"] for r in rows} == {
+            "precision@1",
+            "precision@5",
+            "precision@10",
+            "surprisal",
+            "kl",
+            "cross_entropy",
+        }
+        for r in rows:
+            assert r["n"] > 0 and r["ci_low"] <= r["mean"] <= r["ci_high"]
+            if r["layer"] == 2 and r["metric"] == "precision@1":
+                assert r["mean"] == 1.0
+        assert (workdir / f"results/figures/{model}/mini/prediction.png").stat().st_size
+        assert "## Sentence" in (workdir / f"results/metrics/{model}/mini/examples.md").read_text()
     maps = workdir / "results/maps/gpt/mini/mat/from_0.safetensors"
     before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*") if p.is_file()}
 
@@ -108,7 +128,16 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     # the validation size changes: validation states and what reads them, nothing else
     write_config(workdir, sizes={"train": 48, "validation": 12})
     third = run_snakemake(workdir, "all")
-    assert rules_run(third) == {"extract_hidden": 2, "r2_table": 2, "plot_r2": 4, "all": 1}
+    assert rules_run(third) == {
+        "extract_hidden": 2,
+        "r2_table": 2,
+        "plot_r2": 4,
+        "decode_predictions": 4,
+        "prediction_table": 2,
+        "plot_prediction": 2,
+        "prediction_examples": 2,
+        "all": 1,
+    }
     assert maps.stat().st_mtime_ns == before[maps]
     assert (
         pq.read_table(workdir / "results/hidden/gpt/mini/validation/positions.parquet").num_rows
@@ -118,13 +147,23 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     # the training size changes: training states, fits, and everything after them
     write_config(workdir, sizes={"train": 40, "validation": 12})
     fourth = run_snakemake(workdir, "all")
+    # (id's predictions do not read the training split: they stay)
     assert rules_run(fourth) == {
         "extract_hidden": 2,
         "fit_mat": 4,
         "r2_table": 2,
         "plot_r2": 4,
+        "decode_predictions": 2,
+        "prediction_table": 2,
+        "plot_prediction": 2,
+        "prediction_examples": 2,
         "all": 1,
     }
+
+    # a summary setting: only the summary and its figure
+    write_config(workdir, sizes={"train": 40, "validation": 12}, prediction={"bootstrap": 200})
+    fifth = run_snakemake(workdir, "all")
+    assert rules_run(fifth) == {"prediction_table": 2, "plot_prediction": 2, "all": 1}
 
 
 def test_same_config_gives_identical_tables(workdir, tmp_path):
@@ -152,6 +191,22 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     assert proc.returncode != 0
     assert "config key 'sizes.validation'" in proc.stderr
     assert not (bad / "results").exists()
+
+
+def test_prediction_from_a_bare_encoder_fails_while_planning(workdir, tmp_path):
+    save_model("bert", tmp_path / "encoder", layers=2, width=16)
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["models"] = {"enc": {"source": str(tmp_path / "encoder")}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = run_snakemake(tmp_path, "all", check=False)
+    assert proc.returncode != 0
+    assert "model 'enc' (BertModel) has no decoder head" in proc.stderr
+    assert "masked-token prediction" in proc.stderr and "models.enc.predict: false" in proc.stderr
+    assert not (tmp_path / "results").exists()
+    config["models"]["enc"]["predict"] = False
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    planned = run_snakemake(tmp_path, "all", "-n")
+    assert "decode_predictions" not in planned.stdout and "extract_hidden" in planned.stdout
 
 
 def test_paper_config_plans_offline(tmp_path):

@@ -1,14 +1,23 @@
-"""Architecture adapters: where a model keeps its blocks, its final norm and its task.
+"""Architecture adapters: where a model keeps its blocks, its final norm, its decoder head and
+its task.
 
 Everything else in jtc is architecture-free. Adding an architecture means adding one entry
-to ADAPTERS (and a tiny random model to the tests).
+to ADAPTERS (and a tiny random model to the tests). This module imports no torch at run time,
+so that the workflow can check architectures while it plans.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
+
+# transformers classes that carry a masked-LM head (a causal LM class always carries its head)
+MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
+TASK_NAMES = {"causal": "next-token prediction", "masked": "masked-token prediction"}
 
 
 class UnsupportedArchitecture(ValueError):
@@ -22,20 +31,35 @@ class Adapter:
     backbone_attr: str  # attribute of a *For... model that holds the bare backbone
     blocks_path: str  # dotted path from the backbone to the list of blocks
     final_norm_attr: str | None  # backbone attribute of the norm applied after the last block
+    # decoder head D(h) = unembedding(transform(h)); paths are dotted, from the *For... model.
+    # head_transform None means the final norm (GPT-2 ln_f, Llama norm).
+    head_transform_path: str | None
+    unembedding_path: str  # an nn.Linear: weight (vocab, width), optional bias
 
     def backbone(self, model: nn.Module) -> nn.Module:
         return getattr(model, self.backbone_attr, model)
 
     def blocks(self, model: nn.Module) -> nn.ModuleList:
-        module = self.backbone(model)
-        for attr in self.blocks_path.split("."):
-            module = getattr(module, attr)
-        return module
+        return _lookup(self.backbone(model), self.blocks_path)
 
     def final_norm(self, model: nn.Module) -> nn.Module | None:
         if self.final_norm_attr is None:
             return None
         return getattr(self.backbone(model), self.final_norm_attr)
+
+    def head(self, model: nn.Module) -> tuple[nn.Module | None, nn.Module]:
+        """(transform, unembedding) of the decoder head; AttributeError when the model has none."""
+        if self.head_transform_path is None:
+            transform = self.final_norm(model)
+        else:
+            transform = _lookup(model, self.head_transform_path)
+        return transform, _lookup(model, self.unembedding_path)
+
+    def has_head(self, architectures: Sequence[str]) -> bool:
+        """Whether a checkpoint of these transformers classes loads with a decoder head."""
+        if self.task == "causal":
+            return True  # jtc loads causal models with AutoModelForCausalLM, which adds one
+        return any(a.endswith(MLM_HEAD_SUFFIXES) for a in architectures)
 
     def non_embedding_parameters(self, model: nn.Module) -> int:
         modules = list(self.blocks(model))
@@ -45,9 +69,23 @@ class Adapter:
         return sum(p.numel() for m in modules for p in m.parameters())
 
 
-_GPT2 = Adapter("gpt2", "causal", "transformer", "h", "ln_f")
-_LLAMA = Adapter("llama", "causal", "model", "layers", "norm")
-_BERT = Adapter("bert", "masked", "bert", "encoder.layer", None)
+def _lookup(module, path: str):
+    for attr in path.split("."):
+        module = getattr(module, attr)
+    return module
+
+
+_GPT2 = Adapter("gpt2", "causal", "transformer", "h", "ln_f", None, "lm_head")
+_LLAMA = Adapter("llama", "causal", "model", "layers", "norm", None, "lm_head")
+_BERT = Adapter(
+    "bert",
+    "masked",
+    "bert",
+    "encoder.layer",
+    None,
+    "cls.predictions.transform",
+    "cls.predictions.decoder",
+)
 
 # keyed by transformers' config.model_type
 ADAPTERS: dict[str, Adapter] = {
@@ -66,3 +104,12 @@ def get_adapter(model_type: str) -> Adapter:
         raise UnsupportedArchitecture(
             f"no adapter for architecture '{model_type}'; supported: {', '.join(sorted(ADAPTERS))}"
         ) from None
+
+
+def missing_head_message(model: str, task: str, model_class: str) -> str:
+    """The error for a model asked to predict tokens without a decoder head."""
+    return (
+        f"model '{model}' ({model_class}) has no decoder head, so it cannot be evaluated on "
+        f"{TASK_NAMES[task]}: use a checkpoint with its language-model head (a ...ForMaskedLM "
+        f"or ...ForCausalLM class) or set 'models.{model}.predict: false' to compute r² only"
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.linalg
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from .io import CorruptFileError, atomic_path
@@ -121,6 +121,17 @@ def load_maps(path: str | Path) -> dict[int, np.ndarray]:
             raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
         maps[int(name[3:-7])] = weight
     return maps
+
+
+def load_map(path: str | Path, target: int) -> np.ndarray:
+    """The one weight (d_out, d_in) into `target` from a file written by save_maps."""
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            if f"to_{target}.weight" not in handle.keys():
+                raise CorruptFileError(f"{path}: holds no map to layer {target}")
+            return handle.get_tensor(f"to_{target}.weight")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
 
 
 def shortcut_function(

@@ -1,16 +1,9 @@
-"""Models: resolve a config entry to weights, cache them once as safetensors, load the cache.
-
-A source is tried in this order and every failure is reported:
-  1. "package:NAME/SUBPATH": a folder or .gguf file inside an installed Python package;
-  2. a local path: a model folder, or a .gguf file;
-  3. a Hugging Face hub id (with an optional revision).
-"""
+"""Models: resolve a config entry to weights (see sources.py for where they are looked for),
+cache them once as safetensors, load the cache."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,62 +21,14 @@ from transformers import (
 
 from .adapters import get_adapter
 from .io import atomic_dir, read_json
-
-MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
-
-
-class ModelSourceError(RuntimeError):
-    """No source of a model could be loaded."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One place to load weights from: a folder or hub id, and a GGUF file name within it."""
-
-    kind: str  # "package", "local", "hub"
-    location: str
-    gguf_file: str | None = None
-    revision: str | None = None
-
-    def describe(self) -> str:
-        where = f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
-        rev = f" @ {self.revision}" if self.revision else ""
-        return f"{self.kind} '{where}{rev}'"
-
-
-def _split_gguf(path: Path) -> tuple[str, str | None]:
-    if path.suffix.lower() == ".gguf":
-        return str(path.parent), path.name
-    return str(path), None
-
-
-def candidates(spec: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
-    """The sources to try for a config entry, and the reasons some were ruled out."""
-    source: str = spec["source"]
-    tried: list[str] = []
-    if source.startswith("package:"):
-        package, _, sub = source[len("package:") :].partition("/")
-        found = importlib.util.find_spec(package) if package else None
-        if found is None or not found.submodule_search_locations:
-            return [], [f"installed package '{package}' (not installed)"]
-        path = Path(list(found.submodule_search_locations)[0]) / sub
-        if not path.exists():
-            return [], [f"installed package '{package}' (has no '{sub}')"]
-        location, gguf = _split_gguf(path)
-        return [Candidate("package", location, gguf)], tried
-    path = Path(source).expanduser()
-    if path.exists():
-        location, gguf = _split_gguf(path.resolve())
-        return [Candidate("local", location, gguf)], tried
-    tried.append(f"local path '{source}' (does not exist)")
-    return [Candidate("hub", source, None, spec.get("revision"))], tried
+from .sources import Candidate, ModelSourceError, candidates
 
 
 def _auto_class(config: transformers.PretrainedConfig) -> type:
     adapter = get_adapter(config.model_type)
     if adapter.task == "causal":
         return AutoModelForCausalLM
-    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in (config.architectures or [])):
+    if adapter.has_head(config.architectures or []):
         return AutoModelForMaskedLM
     return AutoModel
 
@@ -117,6 +62,14 @@ def load_from_source(name: str, spec: dict[str, Any]):
     )
 
 
+def has_decoder_head(model: PreTrainedModel) -> bool:
+    try:
+        get_adapter(model.config.model_type).head(model)
+    except AttributeError:
+        return False
+    return True
+
+
 def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dict[str, Any]:
     config = model.config
     adapter = get_adapter(config.model_type)
@@ -131,7 +84,7 @@ def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dic
         "architecture": config.model_type,
         "model_class": type(model).__name__,
         "task": adapter.task,
-        "has_lm_head": model.get_output_embeddings() is not None,
+        "has_lm_head": has_decoder_head(model),
         "num_layers": len(blocks),
         "hidden_size": int(config.hidden_size),
         "vocab_size": int(embed.num_embeddings),

@@ -7,11 +7,21 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 from . import corpus as corpus_lib
-from .fit import fit_source, load_maps, save_maps, shortcut_function
-from .io import atomic_dir, read_aligned, read_json, read_states, read_table, write_table
+from .fit import fit_source, load_map, load_maps, save_maps, shortcut_function
+from .io import (
+    CorruptFileError,
+    atomic_dir,
+    atomic_path,
+    read_aligned,
+    read_json,
+    read_states,
+    read_table,
+    write_table,
+)
 from .metrics import r2_score, r2_table
 
 # torch, transformers and matplotlib are imported inside the stages that need them, so that
@@ -149,3 +159,177 @@ def plot_r2(table_path: str, method: str, png: str, pdf: str, *, model: str, cor
     from .plots import r2_heatmap
 
     r2_heatmap(read_table(table_path), method, f"{method} r² — {model} on {corpus}", png, pdf)
+
+
+# --- prediction from early layers ----------------------------------------------------------
+
+
+def _to_last_layer(
+    method: str, files: list[str], source: int, states: np.ndarray, last: int
+) -> np.ndarray:
+    """States of layer `source` mapped to the last layer by `method` (identity at the last)."""
+    if source == last:
+        return states
+    weights = {last: load_map(files[source], last)} if files else None
+    return shortcut_function(method, weights, last)(states)
+
+
+def _load_head(model_dir: str, model: str, threads: int):
+    import torch
+
+    from .adapters import get_adapter
+    from .decode import Head
+    from .models import load_cached
+
+    torch.set_num_threads(threads)
+    net, tokenizer, info = load_cached(model_dir)
+    if torch.cuda.is_available():
+        net = net.cuda()
+    return Head.from_model(net, get_adapter(info["architecture"]), model), tokenizer, info
+
+
+def _validation_positions(val_dir: str) -> tuple[pa.Table, dict]:
+    info = read_json(Path(val_dir) / "info.json")
+    positions = read_table(Path(val_dir) / "positions.parquet")
+    ids, _ = read_states(val_dir, info["num_layers"], np.float32)
+    if not np.array_equal(positions.column("sentence_id").to_numpy(), ids):
+        raise CorruptFileError(f"{val_dir}: positions.parquet does not match the stored states")
+    return positions, info
+
+
+def decode_predictions(
+    model_dir: str,
+    val_dir: str,
+    map_files: list[str],
+    out: str,
+    *,
+    model: str,
+    method: str,
+    top_k: int,
+    threads: int,
+) -> None:
+    """Per-position scores (decode.SCORE_COLUMNS) of `method` at every layer, validation split."""
+    from .decode import final_reference, score
+
+    head, _, _ = _load_head(model_dir, model, threads)
+    positions, info = _validation_positions(val_dir)
+    last = info["num_layers"]
+    ids = positions.column("sentence_id").to_numpy()
+    gold = positions.column("gold_id").to_numpy()
+    final = read_aligned(val_dir, last, ids, np.float32)
+    reference = final_reference(head, final, top_k)
+    tables = []
+    for layer in range(last + 1):
+        states = read_aligned(val_dir, layer, ids, np.float32)
+        mapped = _to_last_layer(method, map_files, layer, states, last)
+        scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
+        tables.append(
+            pa.table(
+                {
+                    "method": pa.array([method] * len(ids), pa.string()),
+                    "layer": pa.array(np.full(len(ids), layer), pa.int32()),
+                    "sentence_id": pa.array(ids, pa.int64()),
+                    **scores,
+                }
+            )
+        )
+        log.info("layer %d: precision@1 %.3f", layer, np.mean(scores["final_rank"] == 1))
+    write_table(pa.concat_tables(tables), out)
+
+
+def prediction_table(
+    score_files: dict[str, str],
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    top_k: list[int],
+    resamples: int,
+    level: float,
+    seed: int,
+) -> None:
+    from .prediction import prediction_summary
+
+    scores = {method: read_table(path) for method, path in score_files.items()}
+    table = prediction_summary(
+        scores,
+        model=model,
+        corpus=corpus,
+        top_k=top_k,
+        resamples=resamples,
+        seed=seed,
+        level=level,
+    )
+    write_table(table, out, csv=True)
+
+
+def plot_prediction(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    from .plots import prediction_figure
+
+    prediction_figure(read_table(table_path), f"{model} on {corpus}", png, pdf)
+
+
+def prediction_examples(
+    model_dir: str,
+    val_dir: str,
+    sentences: str,
+    map_files: dict[str, list[str]],
+    out: str,
+    markdown: str,
+    *,
+    model: str,
+    corpus: str,
+    count: int,
+    layers: list[int],
+    threads: int,
+) -> None:
+    """A few validation sentences with the model's top-5 and each method's top-5 per layer."""
+    from . import examples
+    from .decode import top_tokens
+
+    head, tokenizer, model_info = _load_head(model_dir, model, threads)
+    positions, info = _validation_positions(val_dir)
+    all_ids = positions.column("sentence_id").to_numpy()
+    chosen = positions.slice(0, count)  # the validation split is in seeded random order
+    ids = all_ids[:count]
+    last = info["num_layers"]
+    corpus_table = read_table(sentences, ["sentence_id", "text"])
+    text_of = dict(
+        zip(
+            corpus_table.column("sentence_id").to_pylist(),
+            corpus_table.column("text").to_pylist(),
+            strict=True,
+        )
+    )
+    context = examples.contexts(
+        tokenizer,
+        [text_of[int(i)] for i in ids],
+        ids,
+        chosen.column("position").to_numpy(),
+        task=info["task"],
+        seed=info["seed"],
+        max_tokens=info["max_tokens"],
+        mask_token_id=model_info.get("mask_token_id"),
+    )
+    gold = [
+        examples.token_text(tokenizer, g) if g >= 0 else "(end of sentence)"
+        for g in chosen.column("gold_id").to_pylist()
+    ]
+
+    def layer_states(layer: int) -> np.ndarray:
+        return read_aligned(val_dir, layer, all_ids, np.float32)[:count]
+
+    predictions = {(examples.FINAL, last): top_tokens(head, layer_states(last), 5)}
+    for layer in examples.example_layers(layers, last):
+        states = layer_states(layer)
+        for method in sorted(map_files):
+            mapped = _to_last_layer(method, map_files[method], layer, states, last)
+            predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
+    table = examples.examples_table(
+        ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)
+    )
+    write_table(table, out, csv=True)
+    with atomic_path(markdown) as tmp:
+        tmp.write_text(
+            examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
+        )

@@ -1,4 +1,4 @@
-"""Figures: r² heatmaps (source layer × target layer)."""
+"""Figures: r² heatmaps (source layer × target layer) and prediction metrics by layer."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .io import atomic_path  # noqa: E402
 
@@ -47,7 +48,66 @@ def r2_heatmap(table: pa.Table, method: str, title: str, png: str | Path, pdf: s
     ax.set_ylabel("source layer l")
     ax.set_title(title)
     fig.tight_layout()
-    for path in (png, pdf):
+    _save(fig, png, pdf)
+
+
+def _save(fig: plt.Figure, *paths: str | Path) -> None:
+    for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=Path(path).suffix[1:], dpi=150)
     plt.close(fig)
+
+
+METRIC_LABELS = {
+    "surprisal": "Surprisal (nats)",
+    "kl": "KL(final ‖ shortcut) (nats)",
+    "cross_entropy": "cross-entropy to gold (nats)",
+}
+
+
+def prediction_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
+    """One panel per metric: its mean against the layer read from, one line per method, with the
+    bootstrap interval as a band."""
+    data = table.to_pydict()
+    metrics = list(dict.fromkeys(data["metric"]))
+    methods = sorted(set(data["method"]))
+    columns = 3
+    rows = -(-len(metrics) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    palette = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        for method in methods:
+            picked = [
+                i
+                for i, (m, k) in enumerate(zip(data["method"], data["metric"], strict=True))
+                if m == method and k == metric
+            ]
+            picked.sort(key=lambda i: data["layer"][i])
+            layer = [data["layer"][i] for i in picked]
+            ax.plot(
+                layer,
+                [data["mean"][i] for i in picked],
+                marker=".",
+                label=method,
+                color=palette[method],
+            )
+            ax.fill_between(
+                layer,
+                [data["ci_low"][i] for i in picked],
+                [data["ci_high"][i] for i in picked],
+                color=palette[method],
+                alpha=0.2,
+                linewidth=0,
+            )
+        ax.set_xlabel("layer l")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric.replace("precision", "Precision")))
+        if metric.startswith("precision"):
+            ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(metrics) :]:
+        ax.axis("off")
+    axes.flat[0].legend(title="method")
+    fig.suptitle(f"Prediction from layer l against the final layer — {title}")
+    fig.tight_layout()
+    _save(fig, png, pdf)

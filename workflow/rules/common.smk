@@ -5,7 +5,10 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from jtc.adapters import missing_head_message
 from jtc.config import ConfigError, validate_config
+from jtc.examples import example_layers
+from jtc.sources import planning_problem
 
 try:
     _checked = validate_config(config)
@@ -13,11 +16,19 @@ except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
 config.update(_checked)
+# what can be known about the models before any job runs (local folders; hub ids and GGUF
+# files are checked again once resolve_model has run)
+for _name, _spec in config["models"].items():
+    _problem = planning_problem(_name, _spec)
+    if _problem:
+        raise WorkflowError(f"invalid configuration: {_problem}")
 
 SRC = Path(workflow.basedir) / "src" / "jtc"
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
-MAP_METHODS = [m for m in config["methods"] if m != "id"]
+METHODS = list(config["methods"])
+MAP_METHODS = [m for m in METHODS if m != "id"]
+PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
 
 
 def _alternatives(names):
@@ -40,10 +51,40 @@ def code_hash(*modules):
     return digest.hexdigest()[:16]
 
 
+def model_dir(model):
+    return checkpoints.resolve_model.get(model=model).output[0]
+
+
+def model_info(model):
+    """A model's info.json, known once its resolve_model checkpoint has run."""
+    return json.loads(Path(model_dir(model), "info.json").read_text())
+
+
 def num_layers(model):
-    """Layer count of a model, known once its resolve_model checkpoint has run."""
-    model_dir = checkpoints.resolve_model.get(model=model).output[0]
-    return json.loads(Path(model_dir, "info.json").read_text())["num_layers"]
+    return model_info(model)["num_layers"]
+
+
+def predicting_model_dir(model):
+    """The cached model, refused (while planning) when it has no decoder head."""
+    info = model_info(model)
+    if not info["has_lm_head"]:
+        raise WorkflowError(
+            missing_head_message(model, info["task"], info["model_class"])
+        )
+    return model_dir(model)
+
+
+def map_files(model, corpus, method):
+    """The map files of a fitted method, one per source layer; none for id."""
+    if method == "id":
+        return []
+    return expand(
+        "results/maps/{model}/{corpus}/{method}/from_{source}.safetensors",
+        model=model,
+        corpus=corpus,
+        method=method,
+        source=range(num_layers(model)),
+    )
 
 
 def get_final_output():
@@ -63,9 +104,15 @@ def get_final_output():
                 "results/figures/{model}/{corpus}/r2_{method}.{ext}",
                 model=model,
                 corpus=corpus,
-                method=config["methods"],
+                method=METHODS,
                 ext=["png", "pdf"],
             )
+            if model in PREDICTING:
+                targets += [
+                    f"results/metrics/{model}/{corpus}/prediction.parquet",
+                    f"results/metrics/{model}/{corpus}/examples.md",
+                    f"results/figures/{model}/{corpus}/prediction.png",
+                ]
     return targets
 
 
@@ -84,11 +131,33 @@ def r2_inputs(wildcards):
         "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
     }
     for method in MAP_METHODS:
-        inputs[method] = expand(
-            "results/maps/{model}/{corpus}/{method}/from_{source}.safetensors",
-            model=wildcards.model,
-            corpus=wildcards.corpus,
-            method=method,
-            source=range(num_layers(wildcards.model)),
-        )
+        inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
+    return inputs
+
+
+def decode_inputs(wildcards):
+    return {
+        "model": predicting_model_dir(wildcards.model),
+        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation",
+        "maps": map_files(wildcards.model, wildcards.corpus, wildcards.method),
+    }
+
+
+def examples_inputs(wildcards):
+    """Like decode_inputs, for every method; checks the configured example layers."""
+    layers = config["prediction"]["example_layers"]
+    try:
+        example_layers(layers, num_layers(wildcards.model))
+    except ValueError as err:
+        raise WorkflowError(
+            f"invalid configuration: config key 'prediction.example_layers' for model "
+            f"'{wildcards.model}': {err}"
+        ) from None
+    inputs = {
+        "model": predicting_model_dir(wildcards.model),
+        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation",
+        "sentences": f"results/corpora/{wildcards.corpus}.parquet",
+    }
+    for method in MAP_METHODS:
+        inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
     return inputs

@@ -1,0 +1,179 @@
+"""Decoding states to tokens through the model's own head, and scoring a shortcut's prediction
+against the model's final prediction, position by position.
+
+The head is D(h) = W · transform(h) + b (GPT-2: W_E · ln_f(h); Llama: lm_head(norm(h)); BERT
+masked LM: the cls head). Whole-vocabulary logits exist only for one chunk of rows at a time
+(at most DECODE_BYTES), so memory stays bounded for any vocabulary. What is kept of the final
+prediction per position is O(width): enough to score any number of layers and methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .adapters import Adapter, missing_head_message
+
+DECODE_BYTES = 64 << 20  # float32 logits held at once
+SCORE_COLUMNS = (
+    "top1_id",  # the shortcut's top-1 token
+    "top1_prob",  # its probability under the shortcut's distribution
+    "top2_prob",  # the runner-up's probability (confidence = top1_prob - top2_prob)
+    "final_rank",  # rank of top1_id in the final prediction (1-based), 0 if beyond max k
+    "surprisal",  # -ln p_final(top1_id), nats
+    "kl",  # KL(final || shortcut), nats
+    "cross_entropy",  # -ln p_shortcut(gold token), nats; NaN where there is no gold token
+)
+
+
+class NoDecoderHead(ValueError):
+    """A model that cannot turn states into token predictions."""
+
+
+class Head:
+    """The decoder head of a model, split into a transform and a linear unembedding."""
+
+    def __init__(self, transform: nn.Module | None, unembedding: nn.Module):
+        self.transform = transform
+        self.weight: torch.Tensor = unembedding.weight.detach()  # (vocab, width)
+        bias = getattr(unembedding, "bias", None)
+        self.bias: torch.Tensor | None = None if bias is None else bias.detach()
+
+    @classmethod
+    def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:
+        try:
+            transform, unembedding = adapter.head(model)
+        except AttributeError:
+            raise NoDecoderHead(
+                missing_head_message(name, adapter.task, type(model).__name__)
+            ) from None
+        return cls(transform, unembedding)
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.weight.shape[0])
+
+    def rows_per_chunk(self) -> int:
+        return max(1, DECODE_BYTES // (4 * self.vocab_size))
+
+    def features(self, states: torch.Tensor) -> torch.Tensor:
+        states = states.to(self.device, torch.float32)
+        return states if self.transform is None else self.transform(states)
+
+    def unembed(self, features: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(features, self.weight, self.bias)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        return self.unembed(self.features(states))
+
+    def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The logit of one token per row, without the whole-vocabulary product."""
+        logit = (self.weight[tokens] * features).sum(1)
+        return logit if self.bias is None else logit + self.bias[tokens]
+
+
+@dataclass
+class Reference:
+    """The model's own final prediction at each position, in O(width) per position."""
+
+    features: torch.Tensor  # (n, w) transform(h_L)
+    log_norm: torch.Tensor  # (n,) log-sum-exp of the final logits
+    top_ids: torch.Tensor  # (n, k) the final top-k tokens, best first
+    expected_weight: torch.Tensor  # (n, w) sum_v p_final(v) W_v
+    expected_bias: torch.Tensor  # (n,) sum_v p_final(v) b_v
+    neg_entropy: torch.Tensor  # (n,) sum_v p_final(v) ln p_final(v)
+
+
+def _rows(states: np.ndarray, rows: slice) -> torch.Tensor:
+    """A float32 tensor of some rows (a copy: stored states may be read-only Arrow memory)."""
+    return torch.tensor(states[rows], dtype=torch.float32)
+
+
+def _chunks(n: int, size: int):
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+@torch.inference_mode()
+def final_reference(head: Head, final_states: np.ndarray, k: int) -> Reference:
+    """Decode h_L chunk by chunk and keep what scoring needs."""
+    n = len(final_states)
+    parts: dict[str, list[torch.Tensor]] = {f: [] for f in Reference.__dataclass_fields__}
+    for rows in _chunks(n, head.rows_per_chunk()):
+        feats = head.features(_rows(final_states, rows))
+        logits = head.unembed(feats)
+        log_probs = torch.log_softmax(logits, dim=1)
+        probs = log_probs.exp()
+        parts["features"].append(feats)
+        parts["log_norm"].append(torch.logsumexp(logits, dim=1))
+        parts["top_ids"].append(torch.topk(logits, min(k, head.vocab_size), dim=1).indices)
+        parts["expected_weight"].append(probs @ head.weight)
+        parts["expected_bias"].append(
+            probs @ head.bias if head.bias is not None else torch.zeros(len(probs))
+        )
+        parts["neg_entropy"].append((probs * log_probs).sum(1))
+    return Reference(**{f: torch.cat(v) for f, v in parts.items()})
+
+
+@torch.inference_mode()
+def score(
+    head: Head, reference: Reference, states: np.ndarray, gold_ids: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per-position scores (SCORE_COLUMNS) of D(states) against the final prediction.
+
+    `states` are already mapped to the last layer; `gold_ids` is -1 where there is no gold token.
+    Chunks are the same as final_reference's, so states equal to h_L give bit-identical logits.
+    """
+    n = len(states)
+    out = {
+        c: np.empty(n, dtype=np.int64 if c in ("top1_id", "final_rank") else np.float64)
+        for c in SCORE_COLUMNS
+    }
+    gold_all = torch.tensor(gold_ids, dtype=torch.long)
+    for rows in _chunks(n, head.rows_per_chunk()):
+        feats = head.features(_rows(states, rows))
+        logits = head.unembed(feats)
+        top_vals, top_ids = torch.topk(logits, 2, dim=1)
+        gold = gold_all[rows].to(head.device)
+        has_gold = gold >= 0
+        gold_logit = logits.gather(1, gold.clamp(min=0)[:, None])[:, 0]
+        # log-sum-exp in place: the logits are not needed after this
+        log_norm = top_vals[:, 0] + logits.sub_(top_vals[:, :1]).exp_().sum(1).log_()
+        top1 = top_ids[:, 0]
+        matches = reference.top_ids[rows] == top1[:, None]
+        rank = torch.where(matches.any(1), matches.int().argmax(1) + 1, 0)
+        final_top1_logit = head.token_logit(reference.features[rows], top1)
+        expected_logit = (reference.expected_weight[rows] * feats).sum(1)
+        expected_logit = expected_logit + reference.expected_bias[rows]
+        kl = reference.neg_entropy[rows] - (expected_logit - log_norm)
+        values = {
+            "top1_id": top1,
+            "top1_prob": (top_vals[:, 0] - log_norm).exp(),
+            "top2_prob": (top_vals[:, 1] - log_norm).exp(),
+            "final_rank": rank,
+            "surprisal": reference.log_norm[rows] - final_top1_logit,
+            "kl": kl.clamp(min=0.0),
+            "cross_entropy": torch.where(has_gold, log_norm - gold_logit, torch.nan),
+        }
+        for column, value in values.items():
+            out[column][rows] = value.cpu().numpy()
+    return out
+
+
+@torch.inference_mode()
+def top_tokens(head: Head, states: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, probabilities), each (n, k), of the k most likely tokens of D(states)."""
+    ids, probs = [], []
+    for rows in _chunks(len(states), head.rows_per_chunk()):
+        log_probs = torch.log_softmax(head.logits(_rows(states, rows)), dim=1)
+        values, indices = torch.topk(log_probs, k, dim=1)
+        ids.append(indices.cpu().numpy())
+        probs.append(values.exp().cpu().numpy())
+    return np.concatenate(ids), np.concatenate(probs)

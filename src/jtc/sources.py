@@ -1,0 +1,95 @@
+"""Where a model's weights are looked for, and what can be known about them before loading.
+
+A source is tried in this order and every failure is reported:
+  1. "package:NAME/SUBPATH": a folder or .gguf file inside an installed Python package;
+  2. a local path: a model folder, or a .gguf file;
+  3. a Hugging Face hub id (with an optional revision).
+
+This module imports neither torch nor transformers: the workflow calls it while it plans.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .adapters import UnsupportedArchitecture, get_adapter, missing_head_message
+
+
+class ModelSourceError(RuntimeError):
+    """No source of a model could be loaded."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place to load weights from: a folder or hub id, and a GGUF file name within it."""
+
+    kind: str  # "package", "local", "hub"
+    location: str
+    gguf_file: str | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        where = f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
+        rev = f" @ {self.revision}" if self.revision else ""
+        return f"{self.kind} '{where}{rev}'"
+
+
+def _split_gguf(path: Path) -> tuple[str, str | None]:
+    if path.suffix.lower() == ".gguf":
+        return str(path.parent), path.name
+    return str(path), None
+
+
+def candidates(spec: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
+    """The sources to try for a config entry, and the reasons some were ruled out."""
+    source: str = spec["source"]
+    tried: list[str] = []
+    if source.startswith("package:"):
+        package, _, sub = source[len("package:") :].partition("/")
+        found = importlib.util.find_spec(package) if package else None
+        if found is None or not found.submodule_search_locations:
+            return [], [f"installed package '{package}' (not installed)"]
+        path = Path(list(found.submodule_search_locations)[0]) / sub
+        if not path.exists():
+            return [], [f"installed package '{package}' (has no '{sub}')"]
+        location, gguf = _split_gguf(path)
+        return [Candidate("package", location, gguf)], tried
+    path = Path(source).expanduser()
+    if path.exists():
+        location, gguf = _split_gguf(path.resolve())
+        return [Candidate("local", location, gguf)], tried
+    tried.append(f"local path '{source}' (does not exist)")
+    return [Candidate("hub", source, None, spec.get("revision"))], tried
+
+
+def local_config(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The config.json of a model folder found locally; None for hub ids, GGUF files, or a
+    folder without a readable config (resolve_model then reports the full story)."""
+    cands, _ = candidates(spec)
+    if not cands or cands[0].kind == "hub" or cands[0].gguf_file:
+        return None
+    try:
+        config = json.loads((Path(cands[0].location) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """What is already known to be wrong with a model entry before any weights are loaded: an
+    architecture without an adapter, or prediction asked of a model without a decoder head."""
+    config = local_config(spec)
+    if config is None:
+        return None
+    try:
+        adapter = get_adapter(str(config.get("model_type")))
+    except UnsupportedArchitecture as err:
+        return f"model '{name}': {err}"
+    architectures = config.get("architectures") or []
+    if spec.get("predict", True) and not adapter.has_head(architectures):
+        return missing_head_message(name, adapter.task, "/".join(architectures) or "no head class")
+    return None

@@ -1,0 +1,94 @@
+rule decode_predictions:
+    input:
+        unpack(decode_inputs),
+    output:
+        "results/predictions/{model}/{corpus}/{method}.parquet",
+    log:
+        "logs/decode_predictions/{model}/{corpus}/{method}.log",
+    benchmark:
+        "benchmarks/decode_predictions/{model}/{corpus}/{method}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    params:
+        top_k=max(config["prediction"]["top_k"]),
+        code=code_hash("adapters", "models", "fit", "decode"),
+    script:
+        "../scripts/decode_predictions.py"
+
+
+rule prediction_table:
+    input:
+        expand(
+            "results/predictions/{{model}}/{{corpus}}/{method}.parquet",
+            method=METHODS,
+        ),
+    output:
+        table="results/metrics/{model}/{corpus}/prediction.parquet",
+        csv="results/metrics/{model}/{corpus}/prediction.csv",
+    log:
+        "logs/prediction_table/{model}/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        methods=METHODS,
+        top_k=config["prediction"]["top_k"],
+        bootstrap=config["prediction"]["bootstrap"],
+        level=config["prediction"]["confidence_level"],
+        seed=config["seed"],
+        code=code_hash("prediction"),
+    script:
+        "../scripts/prediction_table.py"
+
+
+rule plot_prediction:
+    input:
+        "results/metrics/{model}/{corpus}/prediction.parquet",
+    output:
+        png=report(
+            "results/figures/{model}/{corpus}/prediction.png",
+            caption="../report/prediction.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"figure": "prediction by layer"},
+        ),
+        pdf="results/figures/{model}/{corpus}/prediction.pdf",
+    log:
+        "logs/plot_prediction/{model}/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        code=code_hash("plots"),
+    script:
+        "../scripts/plot_prediction.py"
+
+
+rule prediction_examples:
+    input:
+        unpack(examples_inputs),
+    output:
+        table="results/metrics/{model}/{corpus}/examples.parquet",
+        csv="results/metrics/{model}/{corpus}/examples.csv",
+        markdown=report(
+            "results/metrics/{model}/{corpus}/examples.md",
+            caption="../report/examples.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "example predictions"},
+        ),
+    log:
+        "logs/prediction_examples/{model}/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    params:
+        methods=METHODS,
+        examples=config["prediction"]["examples"],
+        layers=config["prediction"]["example_layers"],
+        code=code_hash("adapters", "models", "fit", "decode", "examples", "extract"),
+    script:
+        "../scripts/prediction_examples.py"

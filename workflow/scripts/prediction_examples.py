@@ -1,0 +1,18 @@
+from jtc.logs import job_log
+from jtc.pipeline import prediction_examples
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    prediction_examples(
+        snakemake.input.model,
+        snakemake.input.validation,
+        snakemake.input.sentences,
+        {m: list(snakemake.input.get(m, [])) for m in p.methods},
+        snakemake.output.table,
+        snakemake.output.markdown,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        count=p.examples,
+        layers=p.layers,
+        threads=snakemake.threads,
+    )

@@ -1,0 +1,15 @@
+from jtc.logs import job_log
+from jtc.pipeline import prediction_table
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    prediction_table(
+        dict(zip(p.methods, snakemake.input, strict=True)),
+        snakemake.output.table,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        top_k=p.top_k,
+        resamples=p.bootstrap,
+        level=p.level,
+        seed=p.seed,
+    )
