@@ -62,12 +62,19 @@ def test_dead_coordinates_count_as_constant():
     assert abs(r2_score(y, pred) - (expected * 4 + 1.0) / 4) < 1e-12
 
 
-@pytest.mark.parametrize("case", ["constant_dimension", "fewer_samples_than_width"])
+@pytest.mark.parametrize(
+    "case", ["constant_dimension", "fewer_samples_than_width", "few_distinct_rows"]
+)
 def test_singular_gram_gives_minimum_norm_solution(case):
     rng = np.random.default_rng(2)
     if case == "constant_dimension":
         x = rng.normal(size=(100, 10))
         x[:, 3] = 0.0
+    elif case == "few_distinct_rows":
+        # like a masked LM's layer 0 at the mask: one state per position, repeated, plus
+        # rounding-level noise that a plain pinv (cutoff 1e-15·σ_max) would invert
+        states = rng.normal(size=(60, 128))
+        x = states[rng.integers(60, size=2000)] + 1e-14 * rng.normal(size=(2000, 128))
     else:
         x = rng.normal(size=(6, 10))
     y = rng.normal(size=(len(x), 5))
@@ -77,6 +84,8 @@ def test_singular_gram_gives_minimum_norm_solution(case):
     ref = np.linalg.lstsq(x, y, rcond=None)[0]
     np.testing.assert_allclose(w, ref, atol=1e-8)
     assert np.isfinite(w).all()
+    # a state outside the training span gets a bounded prediction
+    assert np.abs(rng.normal(size=x.shape[1]) @ w).max() < 100 * np.abs(y).max()
 
 
 def test_maps_round_trip_and_corrupt_file(tmp_path):

