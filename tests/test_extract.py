@@ -37,6 +37,12 @@ def run_extract(kind, tmp_path, batch_size=3, seed=0):
     return model, tokenizer, info, out, summary
 
 
+def prepare_tiny(tokenizer, task):
+    """The model inputs run_extract used (same ids, seed and length limit)."""
+    ids = sentences_table(SENTENCES).column("sentence_id").to_numpy()
+    return prepare_inputs(tokenizer, SENTENCES, ids, task, 0, 64, tokenizer.mask_token_id)
+
+
 def reference_states(model, kind, input_ids):
     """Hidden states of one unpadded sequence from transformers' own output_hidden_states."""
     with torch.no_grad():
@@ -51,15 +57,7 @@ def test_states_match_model_and_final_state_is_pre_norm(kind, tmp_path):
     n_layers = info["num_layers"]
     assert summary["sentences"] == len(SENTENCES)
     ids, _ = read_states(out, 0)
-    prepared = prepare_inputs(
-        tokenizer,
-        SENTENCES,
-        np.arange(len(SENTENCES)) * 7 + 3,
-        adapter.task,
-        0,
-        64,
-        tokenizer.mask_token_id,
-    )
+    prepared = prepare_tiny(tokenizer, adapter.task)
     assert np.array_equal(ids, prepared.sentence_ids)
     stored = [read_states(out, layer)[1] for layer in range(n_layers + 1)]
     for row, (inp, pos) in enumerate(zip(prepared.inputs, prepared.positions, strict=True)):
