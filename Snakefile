@@ -22,6 +22,7 @@ include: "workflow/rules/hidden.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/prediction.smk"
+include: "workflow/rules/early_exit.smk"
 
 
 rule all:

@@ -83,6 +83,7 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     assert ran["fit_mat"] == 4 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
     assert ran["decode_predictions"] == 4 and ran["prediction_table"] == 2
     assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
+    assert ran["early_exit"] == 2 and ran["plot_early_exit"] == 2
 
     table = pq.read_table(workdir / "results/metrics/gpt/mini/r2.parquet").to_pandas()
     assert list(table.columns) == [
@@ -117,6 +118,13 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
                 assert r["mean"] == 1.0
         assert (workdir / f"results/figures/{model}/mini/prediction.png").stat().st_size
         assert "## Sentence" in (workdir / f"results/metrics/{model}/mini/examples.md").read_text()
+        sweep = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit.parquet")
+        confident = [r for r in sweep.to_pylist() if r["policy"] == "confidence"]
+        assert len(confident) == 2 * 125 and min(r["mean_layers"] for r in confident) == 1.0
+        assert max(r["accuracy"] for r in confident) == 1.0
+        saved = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit_savings.parquet")
+        assert sorted(set(saved.column("target").to_pylist())) == [0.9, 0.95, 0.99]
+        assert (workdir / f"results/figures/{model}/mini/early_exit.pdf").stat().st_size
     maps = workdir / "results/maps/gpt/mini/mat/from_0.safetensors"
     before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*") if p.is_file()}
 
@@ -136,6 +144,8 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
         "prediction_table": 2,
         "plot_prediction": 2,
         "prediction_examples": 2,
+        "early_exit": 2,
+        "plot_early_exit": 2,
         "all": 1,
     }
     assert maps.stat().st_mtime_ns == before[maps]
@@ -157,6 +167,8 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
         "prediction_table": 2,
         "plot_prediction": 2,
         "prediction_examples": 2,
+        "early_exit": 2,
+        "plot_early_exit": 2,
         "all": 1,
     }
 
@@ -164,6 +176,16 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     write_config(workdir, sizes={"train": 40, "validation": 12}, prediction={"bootstrap": 200})
     fifth = run_snakemake(workdir, "all")
     assert rules_run(fifth) == {"prediction_table": 2, "plot_prediction": 2, "all": 1}
+
+    # an early-exit setting: only the sweep and its figure (the confidences are not recomputed)
+    write_config(
+        workdir,
+        sizes={"train": 40, "validation": 12},
+        prediction={"bootstrap": 200},
+        early_exit={"tau": 2.0},
+    )
+    sixth = run_snakemake(workdir, "all")
+    assert rules_run(sixth) == {"early_exit": 2, "plot_early_exit": 2, "all": 1}
 
 
 def test_same_config_gives_identical_tables(workdir, tmp_path):

@@ -82,6 +82,11 @@ def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> 
             pacsv.write_csv(table, tmp)
 
 
+def rows_table(rows: list[dict[str, Any]], schema: dict[str, pa.DataType]) -> pa.Table:
+    """A table from row dicts, with the columns and types of `schema` (missing keys: null)."""
+    return pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in schema.items()})
+
+
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
     try:
         return pq.read_table(path, columns=columns)

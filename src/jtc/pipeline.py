@@ -20,6 +20,7 @@ from .io import (
     read_json,
     read_states,
     read_table,
+    rows_table,
     write_table,
 )
 from .metrics import r2_score, r2_table
@@ -333,3 +334,78 @@ def prediction_examples(
         tmp.write_text(
             examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
         )
+
+
+# --- early exit ----------------------------------------------------------------------------
+
+
+def early_exit_tables(
+    score_files: dict[str, str],
+    val_dir: str,
+    sweep_out: str,
+    savings_out: str,
+    *,
+    model: str,
+    corpus: str,
+    lambdas: list[float],
+    tau: float,
+    lambda_weight: float,
+    decay_weight: float,
+    min_layer: int,
+    targets: list[float],
+) -> None:
+    """The λ sweep and fixed exits of every method, and the layers saved at target accuracies."""
+    from . import early_exit as ee
+
+    positions, info = _validation_positions(val_dir)
+    last = info["num_layers"]
+    t = positions.column("position").to_numpy()
+    rule = ee.ExitRule(tau, lambda_weight, decay_weight, min_layer)
+    grid = np.asarray(lambdas or ee.DEFAULT_LAMBDAS, dtype=np.float64)
+    common = {"model": model, "corpus": corpus}
+    sweeps, rows = {}, []
+    for method, path in sorted(score_files.items()):
+        ids, confidence, correct = ee.layer_arrays(read_table(path))
+        if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
+            raise CorruptFileError(f"{path}: positions differ from the validation states")
+        result = sweeps[method] = ee.sweep(confidence, correct, t, grid, rule)
+        for i, lam in enumerate(result.lambdas):
+            rows.append(
+                {
+                    **common,
+                    "method": method,
+                    "policy": "confidence",
+                    "lambda": float(lam),
+                    "mean_layers": float(result.mean_layers[i]),
+                    "accuracy": float(result.accuracy[i]),
+                    "early_fraction": float(result.early_fraction[i]),
+                }
+            )
+        for layer in range(rule.min_layer, last + 1):
+            rows.append(
+                {
+                    **common,
+                    "method": method,
+                    "policy": "fixed",
+                    "exit_layer": layer,
+                    "mean_layers": float(layer),
+                    "accuracy": float(correct[:, layer].mean()),
+                    "early_fraction": float(layer < last),
+                }
+            )
+        log.info(
+            "%s: %d λ values, accuracy %.3f..%.3f",
+            method,
+            len(grid),
+            result.accuracy.min(),
+            result.accuracy.max(),
+        )
+    write_table(rows_table(rows, ee.SWEEP_COLUMNS), sweep_out, csv=True)
+    saved = [{**common, **row} for row in ee.savings(sweeps, last, targets)]
+    write_table(rows_table(saved, ee.SAVINGS_COLUMNS), savings_out, csv=True)
+
+
+def plot_early_exit(sweep_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    from .plots import early_exit_figure
+
+    early_exit_figure(read_table(sweep_path), f"{model} on {corpus}", png, pdf)

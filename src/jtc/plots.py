@@ -111,3 +111,35 @@ def prediction_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
     fig.suptitle(f"Prediction from layer l against the final layer — {title}")
     fig.tight_layout()
     _save(fig, png, pdf)
+
+
+def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
+    """Precision@1 against the mean number of layers run: the confidence rule's λ sweep (solid)
+    and exiting every token at a fixed layer (dashed), one colour per method."""
+    rows = table.to_pylist()
+    methods = sorted({r["method"] for r in rows})
+    palette = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for method in methods:
+        for policy, style in (("confidence", "-"), ("fixed", "--")):
+            points = sorted(
+                (r["mean_layers"], r["accuracy"])
+                for r in rows
+                if r["method"] == method and r["policy"] == policy
+            )
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                style,
+                marker="." if policy == "fixed" else None,
+                color=palette[method],
+                label=f"{method}, {'confidence exit' if policy == 'confidence' else 'fixed exit'}",
+            )
+    ax.set_xlabel("mean layers run")
+    ax.set_ylabel("Precision@1 against the full model")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Early exit — {title}")
+    fig.tight_layout()
+    _save(fig, png, pdf)

@@ -112,6 +112,8 @@ def get_final_output():
                     f"results/metrics/{model}/{corpus}/prediction.parquet",
                     f"results/metrics/{model}/{corpus}/examples.md",
                     f"results/figures/{model}/{corpus}/prediction.png",
+                    f"results/metrics/{model}/{corpus}/early_exit_savings.parquet",
+                    f"results/figures/{model}/{corpus}/early_exit.png",
                 ]
     return targets
 
@@ -160,4 +162,22 @@ def examples_inputs(wildcards):
     }
     for method in MAP_METHODS:
         inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
+    return inputs
+
+
+def early_exit_inputs(wildcards):
+    """Every method's per-position scores and the validation states; checks min_layer."""
+    min_layer = config["early_exit"]["min_layer"]
+    if min_layer > num_layers(wildcards.model):
+        raise WorkflowError(
+            f"invalid configuration: config key 'early_exit.min_layer': {min_layer} is beyond "
+            f"the {num_layers(wildcards.model)} layers of model '{wildcards.model}'"
+        )
+    inputs = {
+        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
+    }
+    for method in METHODS:
+        inputs[method] = (
+            f"results/predictions/{wildcards.model}/{wildcards.corpus}/{method}.parquet"
+        )
     return inputs

@@ -1,0 +1,47 @@
+rule early_exit:
+    input:
+        unpack(early_exit_inputs),
+    output:
+        sweep="results/metrics/{model}/{corpus}/early_exit.parquet",
+        sweep_csv="results/metrics/{model}/{corpus}/early_exit.csv",
+        savings="results/metrics/{model}/{corpus}/early_exit_savings.parquet",
+        savings_csv="results/metrics/{model}/{corpus}/early_exit_savings.csv",
+    log:
+        "logs/early_exit/{model}/{corpus}.log",
+    benchmark:
+        "benchmarks/early_exit/{model}/{corpus}.tsv"
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        methods=METHODS,
+        lambdas=config["early_exit"]["lambdas"],
+        tau=config["early_exit"]["tau"],
+        lambda_weight=config["early_exit"]["lambda_weight"],
+        decay_weight=config["early_exit"]["decay_weight"],
+        min_layer=config["early_exit"]["min_layer"],
+        targets=config["early_exit"]["targets"],
+        code=code_hash("early_exit", "decode", "adapters"),
+    script:
+        "../scripts/early_exit.py"
+
+
+rule plot_early_exit:
+    input:
+        "results/metrics/{model}/{corpus}/early_exit.parquet",
+    output:
+        png=report(
+            "results/figures/{model}/{corpus}/early_exit.png",
+            caption="../report/early_exit.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"figure": "early exit"},
+        ),
+        pdf="results/figures/{model}/{corpus}/early_exit.pdf",
+    log:
+        "logs/plot_early_exit/{model}/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        code=code_hash("plots"),
+    script:
+        "../scripts/plot_early_exit.py"

@@ -1,0 +1,19 @@
+from jtc.logs import job_log
+from jtc.pipeline import early_exit_tables
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    early_exit_tables(
+        {m: snakemake.input[m] for m in p.methods},
+        snakemake.input.validation,
+        snakemake.output.sweep,
+        snakemake.output.savings,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        lambdas=p.lambdas,
+        tau=p.tau,
+        lambda_weight=p.lambda_weight,
+        decay_weight=p.decay_weight,
+        min_layer=p.min_layer,
+        targets=p.targets,
+    )
