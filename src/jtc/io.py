@@ -88,6 +88,8 @@ def rows_table(rows: list[dict[str, Any]], schema: dict[str, pa.DataType]) -> pa
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no such Parquet file: {path}")
     try:
         return pq.read_table(path, columns=columns)
     except (OSError, pa.ArrowException) as exc:

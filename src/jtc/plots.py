@@ -143,3 +143,45 @@ def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
     ax.set_title(f"Early exit — {title}")
     fig.tight_layout()
     _save(fig, png, pdf)
+
+
+def lens_heatmap(table: pa.Table, title: str, *paths: str | Path) -> None:
+    """Per method, a layer × input-token grid of the top-1 prediction (written in each cell),
+    coloured by its probability (the paper's "peeking" view)."""
+    rows = [r for r in table.to_pylist() if r["rank"] == 1]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    layers = sorted({r["layer"] for r in rows})
+    positions = sorted({r["position"] for r in rows})
+    inputs = {r["position"]: r["input_token"] for r in rows}
+    width = 1.5 + 0.75 * len(positions)
+    height = 1.2 + 0.24 * len(layers)
+    fig, axes = plt.subplots(1, len(methods), figsize=(width * len(methods), height), squeeze=False)
+    for ax, method in zip(axes[0], methods, strict=True):
+        prob = np.full((len(layers), len(positions)), np.nan)
+        text = np.full((len(layers), len(positions)), "", dtype=object)
+        for r in rows:
+            if r["method"] == method:
+                i, j = layers.index(r["layer"]), positions.index(r["position"])
+                prob[i, j], text[i, j] = r["probability"], r["token"][:8]
+        sns.heatmap(
+            prob,
+            ax=ax,
+            vmin=0.0,
+            vmax=1.0,
+            cmap="Blues",
+            annot=text,
+            fmt="",
+            annot_kws={"size": 6},
+            cbar_kws={"label": "top-1 probability"},
+            xticklabels=[inputs[p][:10] for p in positions],
+            yticklabels=layers,
+        )
+        ax.invert_yaxis()
+        ax.set_xlabel("input token (the prediction is for the next one)")
+        ax.set_ylabel("layer l")
+        ax.set_title(method)
+        ax.tick_params(axis="x", rotation=60, labelsize=7)
+        ax.tick_params(axis="y", labelsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, *paths)

@@ -3,9 +3,21 @@ rule early_exit:
         unpack(early_exit_inputs),
     output:
         sweep="results/metrics/{model}/{corpus}/early_exit.parquet",
-        sweep_csv="results/metrics/{model}/{corpus}/early_exit.csv",
+        sweep_csv=report(
+            "results/metrics/{model}/{corpus}/early_exit.csv",
+            caption="../report/early_exit_table.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "early exit: λ sweep and fixed exits"},
+        ),
         savings="results/metrics/{model}/{corpus}/early_exit_savings.parquet",
-        savings_csv="results/metrics/{model}/{corpus}/early_exit_savings.csv",
+        savings_csv=report(
+            "results/metrics/{model}/{corpus}/early_exit_savings.csv",
+            caption="../report/early_exit_savings.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "early exit: layers saved"},
+        ),
     log:
         "logs/early_exit/{model}/{corpus}.log",
     benchmark:

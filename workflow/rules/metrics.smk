@@ -3,7 +3,13 @@ rule r2_table:
         unpack(r2_inputs),
     output:
         table="results/metrics/{model}/{corpus}/r2.parquet",
-        csv="results/metrics/{model}/{corpus}/r2.csv",
+        csv=report(
+            "results/metrics/{model}/{corpus}/r2.csv",
+            caption="../report/r2_table.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "r² of every layer pair"},
+        ),
     log:
         "logs/r2_table/{model}/{corpus}.log",
     benchmark:

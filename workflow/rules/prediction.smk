@@ -27,7 +27,13 @@ rule prediction_table:
         ),
     output:
         table="results/metrics/{model}/{corpus}/prediction.parquet",
-        csv="results/metrics/{model}/{corpus}/prediction.csv",
+        csv=report(
+            "results/metrics/{model}/{corpus}/prediction.csv",
+            caption="../report/prediction_table.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "prediction metrics by layer"},
+        ),
     log:
         "logs/prediction_table/{model}/{corpus}.log",
     conda:

@@ -1,0 +1,288 @@
+"""Reuse fitted shortcuts in your own code.
+
+from jtc.api import Lens, Shortcuts
+
+mat = Shortcuts.from_results("results", "smollm2", "news", "mat")
+h30 = mat.apply(h10, source=10)              # (n, 576) states after layer 10 -> layer 30
+mat.export("shared/smollm2-news-mat")        # safetensors + description.json
+mat = Shortcuts.load("shared/smollm2-news-mat")
+
+lens = Lens.from_results("results", "smollm2", "news")   # the cached model, id and mat
+table = lens.predictions("The river flows into the", k=5) # top-5 per method, layer, token
+lens.figure("The river flows into the", "lens.png")      # layer × token heatmap
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from safetensors import safe_open
+
+from .fit import load_map
+from .io import atomic_dir, read_json, read_table
+
+EXPORT_FORMAT = "jtc-shortcuts-v1"
+LENS_COLUMNS = {
+    "method": pa.string(),
+    "layer": pa.int32(),
+    "position": pa.int32(),
+    "input_token": pa.string(),
+    "rank": pa.int32(),
+    "token_id": pa.int64(),
+    "token": pa.string(),
+    "probability": pa.float64(),
+}
+
+
+class ShortcutMismatch(ValueError):
+    """Shortcuts applied to a model (or states) they were not fitted for."""
+
+
+@dataclass
+class Shortcuts:
+    """One method's maps from every layer l to every later layer, for one model and corpus.
+
+    `description` holds model, corpus, method, num_layers, hidden_size and architecture; `files`
+    maps a source layer to its safetensors file (none for id, the identity)."""
+
+    description: dict[str, Any]
+    files: dict[int, Path] = field(default_factory=dict)
+    _cache: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def method(self) -> str:
+        return self.description["method"]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.description["num_layers"])
+
+    @classmethod
+    def from_results(
+        cls, results: str | Path, model: str, corpus: str, method: str = "mat"
+    ) -> Shortcuts:
+        """The maps a workflow run fitted, from its results folder."""
+        results = Path(results)
+        info = read_json(results / "models" / model / "info.json")
+        description = {
+            "model": model,
+            "corpus": corpus,
+            "method": method,
+            "num_layers": info["num_layers"],
+            "hidden_size": info["hidden_size"],
+            "architecture": info["architecture"],
+            "model_source": info.get("source"),
+        }
+        if method == "id":
+            return cls(description)
+        folder = results / "maps" / model / corpus / method
+        files = {s: folder / f"from_{s}.safetensors" for s in range(info["num_layers"])}
+        missing = [str(p) for p in files.values() if not p.exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' "
+                f"({len(missing)} of {len(files)} files missing, e.g. {missing[0]}); run the "
+                f"workflow for it first"
+            )
+        return cls(description, files)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Shortcuts:
+        """Shortcuts exported with `export`."""
+        folder = Path(folder)
+        description = read_json(folder / "description.json")
+        if description.get("format") != EXPORT_FORMAT:
+            raise ShortcutMismatch(
+                f"{folder}: not a jtc shortcut export (format {description.get('format')!r}, "
+                f"expected {EXPORT_FORMAT!r})"
+            )
+        sources = range(description["num_layers"]) if description["method"] != "id" else []
+        return cls(description, {s: folder / f"from_{s}.safetensors" for s in sources})
+
+    def weight(self, source: int, target: int) -> np.ndarray:
+        """The (d_out, d_in) map from layer `source` to layer `target` (float64)."""
+        if not 0 <= source < target <= self.num_layers:
+            raise ValueError(
+                f"no map from layer {source} to {target}: need 0 <= source < target <= "
+                f"{self.num_layers}"
+            )
+        key = (source, target)
+        if key not in self._cache:
+            self._cache[key] = load_map(self.files[source], target).astype(np.float64)
+        return self._cache[key]
+
+    def apply(self, states: np.ndarray, source: int, target: int | None = None) -> np.ndarray:
+        """States of layer `source` (n, d) mapped to layer `target` (default: the last)."""
+        target = self.num_layers if target is None else target
+        states = np.asarray(states)
+        if states.shape[-1] != self.description["hidden_size"]:
+            raise ShortcutMismatch(
+                f"states of width {states.shape[-1]} given to shortcuts fitted on width "
+                f"{self.description['hidden_size']} (model '{self.description['model']}')"
+            )
+        if source == target or self.method == "id":
+            return states
+        return states.astype(np.float64) @ self.weight(source, target).T
+
+    def check_model(self, info: dict[str, Any]) -> None:
+        """Refuse a model whose width or layer count differs from the one the maps fit."""
+        for key in ("hidden_size", "num_layers"):
+            if int(info[key]) != int(self.description[key]):
+                raise ShortcutMismatch(
+                    f"these {self.method} shortcuts were fitted on model "
+                    f"'{self.description['model']}' ({key} {self.description[key]}); the model "
+                    f"given has {key} {info[key]}"
+                )
+
+    def export(self, folder: str | Path, results: str | Path | None = None) -> Path:
+        """Write the maps and a description.json (model, corpus, layers, method, fit statistics,
+        versions) to `folder`; `results` adds the r² of every pair from the run's r² table."""
+        import torch
+        import transformers
+
+        from . import __version__
+
+        statistics: dict[str, Any] = {}
+        if self.files:
+            with safe_open(str(self.files[0]), framework="numpy") as handle:
+                meta = handle.metadata() or {}
+            statistics = {k: _metadata_value(meta[k]) for k in ("n_train", "solver") if k in meta}
+        if results is not None:
+            r2_path = (
+                Path(results)
+                / "metrics"
+                / self.description["model"]
+                / self.description["corpus"]
+                / "r2.parquet"
+            )
+            if r2_path.exists():
+                rows = read_table(r2_path).to_pylist()
+                statistics["validation_r2"] = {
+                    f"{r['source_layer']}->{r['target_layer']}": r["r2"]
+                    for r in rows
+                    if r["method"] == self.method
+                }
+        description = {
+            **self.description,
+            "format": EXPORT_FORMAT,
+            "convention": "pred = h @ weight.T; file from_{l} holds to_{l'}.weight for l' > l",
+            "fit_statistics": statistics,
+            "versions": {
+                "jtc": __version__,
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+            },
+        }
+        folder = Path(folder)
+        with atomic_dir(folder) as tmp:
+            for source, path in self.files.items():
+                shutil.copyfile(path, tmp / f"from_{source}.safetensors")
+            (tmp / "description.json").write_text(
+                json.dumps(description, indent=2, sort_keys=True) + "\n"
+            )
+        return folder
+
+
+def _metadata_value(text: str) -> Any:
+    """safetensors metadata holds strings; numbers were stored as JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class Lens:
+    """A model, its decoder head and shortcuts: what each layer predicts on new text."""
+
+    def __init__(self, model, tokenizer, info: dict[str, Any], shortcuts: list[Shortcuts]):
+        from .adapters import get_adapter
+        from .decode import Head
+
+        for shortcut in shortcuts:
+            shortcut.check_model(info)
+        self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.adapter = get_adapter(info["architecture"])
+        self.head = Head.from_model(model, self.adapter, info.get("name", "model"))
+        self.shortcuts = {s.method: s for s in shortcuts}
+
+    @classmethod
+    def from_results(
+        cls,
+        results: str | Path,
+        model: str,
+        corpus: str,
+        methods: tuple[str, ...] = ("id", "mat"),
+    ) -> Lens:
+        from .models import load_cached
+
+        net, tokenizer, info = load_cached(Path(results) / "models" / model)
+        shortcuts = [Shortcuts.from_results(results, model, corpus, m) for m in methods]
+        return cls(net, tokenizer, info, shortcuts)
+
+    def hidden_states(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids (T,), states (L+1, T, d)) of the text, every position; h_L before the
+        final norm, as the workflow stores it. A masked LM sees the text as it is."""
+        import torch
+
+        from .extract import StateRecorder
+
+        ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]
+        recorder = StateRecorder(self.adapter.blocks(self.model))
+        recorder.index = (0,)
+        try:
+            with torch.inference_mode():
+                self.adapter.backbone(self.model)(input_ids=ids)
+        finally:
+            recorder.remove()
+        states = np.stack([s.cpu().numpy() for s in recorder.states])
+        return ids[0].numpy(), states
+
+    def predictions(self, text: str, k: int = 5, layers: list[int] | None = None) -> pa.Table:
+        """Top-k tokens per method, layer and position: each layer's state mapped to the last
+        layer by each method and decoded by the model's own head."""
+        from .decode import top_tokens
+
+        ids, states = self.hidden_states(text)
+        last = len(states) - 1
+        inputs = [self._token(t) for t in ids]
+        rows: dict[str, list] = {c: [] for c in LENS_COLUMNS}
+        for method, shortcut in self.shortcuts.items():
+            for layer in range(last + 1) if layers is None else layers:
+                mapped = shortcut.apply(states[layer], layer).astype(np.float32)
+                top_ids, probs = top_tokens(self.head, mapped, k)
+                for position in range(len(ids)):
+                    for rank in range(k):
+                        values = (
+                            method,
+                            layer,
+                            position,
+                            inputs[position],
+                            rank + 1,
+                            int(top_ids[position, rank]),
+                            self._token(top_ids[position, rank]),
+                            float(probs[position, rank]),
+                        )
+                        for column, value in zip(LENS_COLUMNS, values, strict=True):
+                            rows[column].append(value)
+        return pa.table({c: pa.array(rows[c], t) for c, t in LENS_COLUMNS.items()})
+
+    def figure(self, text: str, png: str | Path, pdf: str | Path | None = None) -> pa.Table:
+        """The lens view: per method, a layer × token heatmap of the top-1 prediction (written
+        in each cell) coloured by its probability. Returns the top-1 table it shows."""
+        from .plots import lens_heatmap
+
+        table = self.predictions(text, k=1)
+        paths = [png] if pdf is None else [png, pdf]
+        lens_heatmap(table, f"{self.info.get('name', 'model')}: what each layer predicts", *paths)
+        return table
+
+    def _token(self, token_id) -> str:
+        from .examples import token_text
+
+        return token_text(self.tokenizer, int(token_id))

@@ -1,0 +1,66 @@
+"""The `jtc` command: look at what each layer predicts, and share fitted maps.
+
+jtc lens --model smollm2 --corpus news --text "The river flows into the" --out lens.png
+jtc export --model smollm2 --corpus news --method mat --out shared/smollm2-news-mat
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jtc", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("lens", "a layer × token heatmap of each method's top-1 prediction on new text"),
+        ("export", "copy one method's fitted maps with a description.json, to share or reload"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text)
+        sub.add_argument("--results", default="results", help="the workflow's results folder")
+        sub.add_argument("--model", required=True, help="model name in the workflow config")
+        sub.add_argument("--corpus", required=True, help="corpus the maps were fitted on")
+        if name == "lens":
+            sub.add_argument("--text", required=True)
+            sub.add_argument("--methods", nargs="+", default=["id", "mat"])
+            sub.add_argument("--out", default="lens.png", help="figure (.png or .pdf)")
+            sub.add_argument("--top", type=int, default=5, help="also print the top-k per layer")
+        else:
+            sub.add_argument("--method", default="mat")
+            sub.add_argument("--out", required=True, help="folder to write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .api import Lens, Shortcuts
+
+    try:
+        if args.command == "export":
+            folder = Shortcuts.from_results(args.results, args.model, args.corpus, args.method)
+            print(folder.export(args.out, results=args.results))
+            return 0
+        lens = Lens.from_results(args.results, args.model, args.corpus, tuple(args.methods))
+        lens.figure(args.text, args.out)
+        table = lens.predictions(args.text, k=args.top).to_pylist()
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"jtc {args.command}: {err}", file=sys.stderr)
+        return 2
+    last = max(r["position"] for r in table)
+    print(f"top-{args.top} next-token predictions after the last token, by layer:")
+    for method in args.methods:
+        for layer in sorted({r["layer"] for r in table}):
+            tokens = [
+                f"{r['token']} ({r['probability']:.2f})"
+                for r in table
+                if r["method"] == method and r["layer"] == layer and r["position"] == last
+            ]
+            print(f"  {method:>4} layer {layer:3d}: " + ", ".join(tokens))
+    print(f"figure: {Path(args.out).resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
