@@ -28,11 +28,22 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+def _remove_leftovers(final: Path) -> None:
+    """Temporary siblings of `final` left by a job that was killed (one job writes an output
+    at a time, so any that exist now are stale)."""
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path; on success rename it onto `path`, on failure remove it."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(final)
     tmp = _tmp_name(final)
     try:
         yield tmp
@@ -47,6 +58,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces `path` (a folder) in one rename."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
     try:

@@ -1,6 +1,7 @@
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -8,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from jtc.adapters import missing_head_message
 from jtc.config import ConfigError, validate_config
 from jtc.examples import example_layers
+from jtc.locks import clear_stale_locks
 from jtc.sources import planning_problem
 
 try:
@@ -22,6 +24,12 @@ for _name, _spec in config["models"].items():
     _problem = planning_problem(_name, _spec)
     if _problem:
         raise WorkflowError(f"invalid configuration: {_problem}")
+
+# a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
+# so that a plain rerun resumes (profiles/default adds --rerun-incomplete for its last jobs)
+if workflow.is_main_process:
+    for _lock in clear_stale_locks():
+        print(f"jtc: removed a stale lock left by an interrupted run: {_lock}", file=sys.stderr)
 
 SRC = Path(workflow.basedir) / "src" / "jtc"
 MODELS = list(config["models"])

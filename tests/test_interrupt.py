@@ -1,0 +1,129 @@
+"""Interrupted runs: SIGKILL the workflow (Snakemake and its jobs) at the start of every stage;
+a plain rerun completes and its tables equal, bit for bit, those of an uninterrupted run."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from safetensors.numpy import load_file
+from test_workflow import ROOT, run_snakemake
+from tiny import WORDS, save_model
+
+pytestmark = pytest.mark.workflow
+
+# the stages in the order they first run; the workflow is killed as each one starts
+STAGES = [
+    "prepare_corpus",
+    "resolve_model",
+    "extract_hidden",
+    "fit_mat",
+    "r2_table",
+    "decode_predictions",
+    "prediction_table",
+    "prediction_examples",
+    "plot_r2",
+    "early_exit",
+    "plot_prediction",
+    "plot_early_exit",
+]
+
+
+def make_workdir(work):
+    work.mkdir()
+    save_model("gpt2", work / "tiny-gpt2", layers=2, width=16)
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(WORDS, size=rng.integers(5, 14))) + " ." for _ in range(150)]
+    (work / "text.txt").write_text("\n".join(lines) + "\n")
+    config = {
+        "sizes": {"train": 40, "validation": 12},
+        "batch_size": 8,
+        "max_tokens": 24,
+        "threads": 1,
+        "corpora": {"mini": {"source": "text_file", "path": str(work / "text.txt")}},
+        "models": {"gpt": {"source": str(work / "tiny-gpt2")}},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    return work
+
+
+def start(work):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work)]
+    cmd += ["--configfile", str(work / "config.yaml"), "--cores", "2", "all"]
+    log = open(work / "run.log", "a")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True), log
+
+
+def kill_when_started(work, stage, timeout=120.0):
+    """Run the workflow until a job of `stage` has started, then SIGKILL its process group.
+    Returns whether the kill happened (False: the run ended first)."""
+    proc, log = start(work)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            if any((work / "logs" / stage).rglob("*.log")):
+                time.sleep(0.2)  # inside the job: a partial output may exist now
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return True
+            time.sleep(0.05)
+        raise AssertionError(f"{stage} did not start within {timeout} s")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def tables(work):
+    """Every Parquet table of the results, as {relative path: {column: values}}."""
+    found = {}
+    for path in sorted((work / "results").rglob("*.parquet")):
+        if "/models/" in str(path):
+            continue
+        table = pq.read_table(path)
+        columns = {}
+        for name in table.column_names:
+            column = table[name].combine_chunks()
+            if pa.types.is_fixed_size_list(column.type):  # hidden states
+                column = column.flatten()
+            columns[name] = column.to_numpy(zero_copy_only=False)
+        found[str(path.relative_to(work))] = columns
+    return found
+
+
+def test_killed_at_every_stage_a_plain_rerun_completes_bit_for_bit(tmp_path):
+    reference = make_workdir(tmp_path / "reference")
+    run_snakemake(reference, "all")
+    work = tmp_path / "killed"
+    shutil.copytree(
+        reference,
+        work,
+        ignore=shutil.ignore_patterns("results", ".snakemake", "logs", "benchmarks"),
+    )
+    killed = [stage for stage in STAGES if kill_when_started(work, stage)]
+    assert len(killed) >= 10, killed  # at least ten different moments, over every stage
+    run_snakemake(work, "all")  # the plain rerun (no --unlock, no flags)
+    want, got = tables(reference), tables(work)
+    assert sorted(got) == sorted(want)
+    for path, columns in want.items():
+        for column, values in columns.items():
+            assert np.array_equal(got[path][column], values, equal_nan=values.dtype.kind == "f"), (
+                path,
+                column,
+            )
+    for maps in (reference / "results/maps").rglob("*.safetensors"):
+        mine, theirs = load_file(work / maps.relative_to(reference)), load_file(maps)
+        assert sorted(mine) == sorted(theirs)
+        assert all(np.array_equal(mine[k], theirs[k]) for k in theirs)
+    leftovers = [p for p in (work / "results").rglob("*") if ".tmp-" in p.name]
+    assert leftovers == []
