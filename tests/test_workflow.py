@@ -215,6 +215,34 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     assert not (bad / "results").exists()
 
 
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"sizes": {"train": 180, "validation": 40}}, "has at most 200 sentences, fewer than"),
+        ({"prediction": {"example_layers": [5]}}, "layers [5] are outside 0..1 for model"),
+        ({"early_exit": {"min_layer": 3}}, "'early_exit.min_layer': 3 is beyond the 2 layers"),
+        ({"methods": ["id", "njtc"]}, "config key 'methods.1'"),
+        ({"models": {"x": {"source": "/nonexistent/model", "predict": 1}}}, "models.x.predict"),
+    ],
+)
+def test_bad_configs_fail_before_any_job(workdir, tmp_path, change, message):
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config.update(change)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = run_snakemake(tmp_path, "all", check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_model_defined_twice_fails_before_any_job(workdir, tmp_path):
+    text = (workdir / "config.yaml").read_text()
+    text = text.replace("models:\n", f"models:\n  bert:\n    source: {workdir / 'tiny-bert'}\n")
+    (tmp_path / "config.yaml").write_text(text)
+    proc = run_snakemake(tmp_path, "all", check=False)
+    assert proc.returncode != 0 and "config key 'bert': given twice" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_prediction_from_a_bare_encoder_fails_while_planning(workdir, tmp_path):
     save_model("bert", tmp_path / "encoder", layers=2, width=16)
     config = yaml.safe_load((workdir / "config.yaml").read_text())

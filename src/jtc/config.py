@@ -20,6 +20,59 @@ def load_schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (plain YAML keeps the last,
+    so a model or corpus defined twice would silently lose one definition)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            raise ConfigError(
+                f"config key '{key}': given twice in {loader.name} (lines {lines[key]} and {line})"
+            )
+        lines[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def check_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML config file, refusing duplicate keys; validation is validate_config's."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+    loader = _UniqueKeyLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def layer_problem(model: str, num_layers: int, config: dict[str, Any]) -> str | None:
+    """A configured layer outside a model's 0..L: example layers or the minimum exit layer."""
+    bad = [x for x in config["prediction"]["example_layers"] if not 0 <= x < num_layers]
+    if bad:
+        return (
+            f"config key 'prediction.example_layers': layers {bad} are outside 0..{num_layers - 1} "
+            f"for model '{model}' ({num_layers} layers)"
+        )
+    if config["early_exit"]["min_layer"] > num_layers:
+        return (
+            f"config key 'early_exit.min_layer': {config['early_exit']['min_layer']} is beyond "
+            f"the {num_layers} layers of model '{model}'"
+        )
+    return None
+
+
 def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 

@@ -339,3 +339,22 @@ def select_split(table: pa.Table, split: str, n: int, corpus: str) -> pa.Table:
         )
     order = np.argsort(rows.column("order").to_numpy(), kind="stable")[:n]
     return rows.take(pa.array(order))
+
+
+def size_problem(name: str, spec: dict, sizes: dict[str, int]) -> str | None:
+    """While planning: a text-file corpus with fewer lines (at most one sentence each) than the
+    train + validation sentences asked of it. Other corpora are counted by prepare_corpus, and
+    extraction stops with both numbers if a split is too small."""
+    if spec["source"] != "text_file" or not Path(spec["path"]).is_file():
+        return None
+    with open(spec["path"], "rb") as handle:
+        lines = sum(1 for _ in handle)
+    available = min(lines, spec.get("max_sentences") or lines)
+    wanted = sizes["train"] + sizes["validation"]
+    if available < wanted:
+        return (
+            f"config key 'sizes': corpus '{name}' ({spec['path']}) has at most {available} "
+            f"sentences, fewer than the {wanted} asked for (train {sizes['train']} + validation "
+            f"{sizes['validation']})"
+        )
+    return None

@@ -1,7 +1,8 @@
 """File formats and atomic writes.
 
 Every output is written under a temporary name beside its final path and renamed into place only
-when complete, so an interrupted job never leaves a file that a later run would trust.
+when complete, so an interrupted job never leaves a file that a later run would trust. Parquet
+pages carry CRC checksums, verified on every read, so a flipped bit is an error, not a number.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def read_json(path: str | os.PathLike) -> Any:
 def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> None:
     """Write a Parquet table atomically (and a CSV copy next to it when `csv`)."""
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
     if csv:
         import pyarrow.csv as pacsv
 
@@ -103,7 +104,7 @@ def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.
     if not Path(path).exists():
         raise FileNotFoundError(f"no such Parquet file: {path}")
     try:
-        return pq.read_table(path, columns=columns)
+        return pq.read_table(path, columns=columns, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
         raise CorruptFileError(f"cannot read Parquet file {path}: {exc}") from exc
 
@@ -140,7 +141,9 @@ class StateWriter:
         )
         self.dtype = STATE_DTYPES[dtype]
         self.rows_per_group = rows_per_group
-        self.writer = pq.ParquetWriter(path, schema, compression="zstd", compression_level=1)
+        self.writer = pq.ParquetWriter(
+            path, schema, compression="zstd", compression_level=1, write_page_checksum=True
+        )
         self.buffer: list[pa.Table] = []
         self.buffered = 0
 

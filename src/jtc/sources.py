@@ -79,6 +79,15 @@ def local_config(spec: dict[str, Any]) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+def local_num_layers(spec: dict[str, Any]) -> int | None:
+    """The block count of a locally found model, from its config.json (None if unknown)."""
+    config = local_config(spec) or {}
+    for key in ("num_hidden_layers", "n_layer"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
 def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
     """What is already known to be wrong with a model entry before any weights are loaded: an
     architecture without an adapter, or prediction asked of a model without a decoder head."""

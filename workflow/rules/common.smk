@@ -7,12 +7,14 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc.adapters import missing_head_message
-from jtc.config import ConfigError, validate_config
-from jtc.examples import example_layers
+from jtc.corpus import size_problem
+from jtc.config import ConfigError, check_config_file, layer_problem, validate_config
 from jtc.locks import clear_stale_locks
-from jtc.sources import planning_problem
+from jtc.sources import local_num_layers, planning_problem
 
 try:
+    for _path in workflow.configfiles:
+        check_config_file(_path)
     _checked = validate_config(config)
 except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
@@ -21,7 +23,14 @@ config.update(_checked)
 # what can be known about the models before any job runs (local folders; hub ids and GGUF
 # files are checked again once resolve_model has run)
 for _name, _spec in config["models"].items():
-    _problem = planning_problem(_name, _spec)
+    _layers = local_num_layers(_spec)
+    _problem = planning_problem(_name, _spec) or (
+        _spec["predict"] and _layers and layer_problem(_name, _layers, config)
+    )
+    if _problem:
+        raise WorkflowError(f"invalid configuration: {_problem}")
+for _name, _spec in config["corpora"].items():
+    _problem = size_problem(_name, _spec, config["sizes"])
     if _problem:
         raise WorkflowError(f"invalid configuration: {_problem}")
 
@@ -29,7 +38,10 @@ for _name, _spec in config["models"].items():
 # so that a plain rerun resumes (profiles/default adds --rerun-incomplete for its last jobs)
 if workflow.is_main_process:
     for _lock in clear_stale_locks():
-        print(f"jtc: removed a stale lock left by an interrupted run: {_lock}", file=sys.stderr)
+        print(
+            f"jtc: removed a stale lock left by an interrupted run: {_lock}",
+            file=sys.stderr,
+        )
 
 SRC = Path(workflow.basedir) / "src" / "jtc"
 MODELS = list(config["models"])
@@ -155,14 +167,9 @@ def decode_inputs(wildcards):
 
 def examples_inputs(wildcards):
     """Like decode_inputs, for every method; checks the configured example layers."""
-    layers = config["prediction"]["example_layers"]
-    try:
-        example_layers(layers, num_layers(wildcards.model))
-    except ValueError as err:
-        raise WorkflowError(
-            f"invalid configuration: config key 'prediction.example_layers' for model "
-            f"'{wildcards.model}': {err}"
-        ) from None
+    problem = layer_problem(wildcards.model, num_layers(wildcards.model), config)
+    if problem:
+        raise WorkflowError(f"invalid configuration: {problem}")
     inputs = {
         "model": predicting_model_dir(wildcards.model),
         "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation",
@@ -175,12 +182,9 @@ def examples_inputs(wildcards):
 
 def early_exit_inputs(wildcards):
     """Every method's per-position scores and the validation states; checks min_layer."""
-    min_layer = config["early_exit"]["min_layer"]
-    if min_layer > num_layers(wildcards.model):
-        raise WorkflowError(
-            f"invalid configuration: config key 'early_exit.min_layer': {min_layer} is beyond "
-            f"the {num_layers(wildcards.model)} layers of model '{wildcards.model}'"
-        )
+    problem = layer_problem(wildcards.model, num_layers(wildcards.model), config)
+    if problem:
+        raise WorkflowError(f"invalid configuration: {problem}")
     inputs = {
         "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
     }
