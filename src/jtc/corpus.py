@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
 MIN_WORDS = 4
 MAX_WORDS = 80
-MAX_SENTENCE_FILE_BYTES = 2 << 30  # a Leipzig sentences file larger than this is refused
+MAX_SENTENCE_FILE_BYTES = 2 << 30  # an archive member larger than this is refused (bombs)
+MAX_ARCHIVE_MEMBERS = 1000  # Leipzig archives hold about ten
 
 
 class CorpusError(RuntimeError):
@@ -238,16 +239,26 @@ def read_leipzig(archive: Path) -> Iterator[tuple[str, str]]:
     file is then streamed from the archive, so nothing is written to disk."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:
+            # headers are checked one by one, before the data behind them is decompressed, so
+            # a decompression bomb is refused without inflating it
+            members = []
+            for member in tar:
                 _check_member(archive, member)
+                if member.size > MAX_SENTENCE_FILE_BYTES:
+                    raise CorpusError(
+                        f"{archive}: member '{member.name}' would inflate to {member.size} bytes "
+                        f"(limit {MAX_SENTENCE_FILE_BYTES}); refused"
+                    )
+                members.append(member)
+                if len(members) > MAX_ARCHIVE_MEMBERS:
+                    raise CorpusError(
+                        f"{archive}: more than {MAX_ARCHIVE_MEMBERS} members; refused"
+                    )
             found = [m for m in members if m.isfile() and m.name.endswith("-sentences.txt")]
             if len(found) != 1:
                 raise CorpusError(
                     f"{archive}: expected one '*-sentences.txt' member, found {len(found)}"
                 )
-            if found[0].size > MAX_SENTENCE_FILE_BYTES:
-                raise CorpusError(f"{archive}: sentences file is {found[0].size} bytes; refused")
             handle = tar.extractfile(found[0])
             assert handle is not None
             for line in io.TextIOWrapper(handle, encoding="utf-8", errors="replace"):

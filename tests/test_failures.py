@@ -1,0 +1,153 @@
+"""Corrupt, hostile and odd inputs: each gives a clear error naming the file (or a documented
+rule), and nothing is built from it."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_corpus import make_tar
+from tiny import make_model, save_model
+
+from jtc import corpus
+from jtc.corpus import CorpusError
+from jtc.extract import extract, prepare_inputs
+from jtc.fit import load_map, save_maps
+from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
+from jtc.models import cache_model, model_info
+from jtc.pipeline import fit_mat
+from jtc.sources import ModelSourceError
+
+ROOT = Path(__file__).parents[1]
+
+
+def states_dir(folder, layers=3, n=300, width=8):
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    for layer in range(layers):
+        writer = StateWriter(layer_file(folder, layer), width, "float32", 1000)
+        states = rng.normal(size=(n, width)).astype(np.float32)
+        writer.write(np.arange(n), np.zeros(n, dtype=np.int32), states)
+        writer.close()
+    write_json(folder / "info.json", {"num_layers": layers - 1})
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit_flip", "empty"])
+def test_damaged_state_file_is_named_and_nothing_is_built(tmp_path, damage):
+    train = states_dir(tmp_path / "train")
+    path = layer_file(train, 1)
+    raw = bytearray(path.read_bytes())
+    if damage == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif damage == "bit_flip":
+        raw[len(raw) // 3] ^= 0x04  # inside the data pages
+    else:
+        raw = bytearray()
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptFileError, match=re.escape(str(path))):
+        read_states(train, 1)
+    out = tmp_path / "maps" / "from_0.safetensors"
+    with pytest.raises(CorruptFileError, match=re.escape(str(path))):
+        fit_mat(str(train), str(out), source=0, model="m", corpus="c", threads=1)
+    assert not out.exists() and list(out.parent.glob("*")) == []
+
+
+def test_truncated_map_is_named(tmp_path):
+    path = tmp_path / "from_0.safetensors"
+    save_maps(path, {1: np.eye(4), 2: np.eye(4)}, {"method": "mat"})
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(CorruptFileError, match=re.escape(str(path))):
+        load_map(path, 2)
+    with pytest.raises(CorruptFileError, match="holds no map to layer 3"):
+        save_maps(path, {1: np.eye(4)}, {"method": "mat"})
+        load_map(path, 3)
+
+
+def test_corrupt_gguf_is_refused_with_its_name(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 40)
+    with pytest.raises(ModelSourceError, match=r"model 'broken'.*model\.gguf"):
+        cache_model("broken", {"source": str(gguf)}, tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_decompression_bomb_is_refused_before_inflating(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "MAX_SENTENCE_FILE_BYTES", 1 << 20)
+    zeros = b"\0" * (8 << 20)  # 8 MB of zeros: a few kB compressed
+    bomb = make_tar(tmp_path / "bomb.tar.gz", [("x/x-sentences.txt", zeros, "file")])
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(CorpusError, match="would inflate to 8388608 bytes"):
+        list(corpus.read_leipzig(bomb))
+    monkeypatch.setattr(corpus, "MAX_ARCHIVE_MEMBERS", 20)
+    many = make_tar(tmp_path / "many.tar.gz", [(f"x/{i}.txt", b"a", "file") for i in range(30)])
+    with pytest.raises(CorpusError, match="more than 20 members"):
+        list(corpus.read_leipzig(many))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.tar.gz", "many.tar.gz"]
+
+
+def test_no_pickle_is_ever_loaded():
+    """grep-able: no pickle.load, and torch.load only with weights_only=True."""
+    offenders = []
+    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "workflow").rglob("*.py")]:
+        text = path.read_text()
+        if re.search(
+            r"\bpickle\.loads?\(|\bjoblib\.load\(|\bnp\.load\([^)]*allow_pickle=True", text
+        ):
+            offenders.append(str(path))
+        for call in re.findall(r"torch\.load\(([^)]*)\)", text):
+            if "weights_only=True" not in call:
+                offenders.append(f"{path}: torch.load({call})")
+    assert offenders == []
+    text = (ROOT / "src/jtc/models.py").read_text()
+    assert "trust_remote_code" in text and "trust_remote_code=True" not in text
+
+
+def test_odd_text_follows_the_documented_rules(tmp_path):
+    """Empty and blank lines are dropped; undecodable lines are dropped; a sentence longer than
+    the context is truncated; a one-token sentence still gives its one position."""
+    text = tmp_path / "odd.txt"
+    long_line = " ".join(["the city"] * 200)
+    text.write_bytes(
+        b"\n   \n"
+        + b"the king won the war .\n"
+        + b"caf\xe9 broken bytes here and there\n"
+        + long_line.encode()
+        + b"\nking\n"
+    )
+    kept = [s for s, _ in corpus.read_text_file(text)]
+    assert len(kept) == 4  # the blank lines are gone
+    cleaned = [c for c in (corpus.clean_sentence(s) for s in kept) if c]
+    assert not any("\ufffd" in c for c in cleaned)  # the undecodable line is dropped
+    model, tokenizer = make_model("gpt2")
+    prepared = prepare_inputs(
+        tokenizer, ["king", long_line], np.array([1, 2]), "causal", 0, 16, None
+    )
+    assert prepared.skipped == 0
+    assert list(prepared.positions[:1]) == [0] and prepared.gold_ids[0] == -1  # no next token
+    assert prepared.n_tokens[1] == 16 and len(prepared.inputs[1]) <= 16  # truncated
+    info = model_info("g", model, tokenizer, "test")
+    out = tmp_path / "states"
+    out.mkdir()
+    table = pa.table({"sentence_id": [1, 2, 3], "text": ["king", long_line, ""]})
+    summary = extract(
+        model, tokenizer, info, table, out, seed=0, batch_size=2, max_tokens=16, dtype="float32"
+    )
+    assert summary["sentences"] == 2 and summary["skipped"] == 1  # the empty one, counted
+
+
+def test_model_folder_code_is_not_run(tmp_path):
+    """A model folder asking for remote code is not loaded with it unless the config says so."""
+    folder = save_model("gpt2", tmp_path / "m", layers=1, width=8)
+    config = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(
+        config.replace(
+            '"model_type": "gpt2"',
+            '"model_type": "gpt2", "auto_map": {"AutoModelForCausalLM": "evil.EvilModel"}',
+        )
+    )
+    (folder / "evil.py").write_text("raise SystemExit('remote code ran')\n")
+    info = cache_model("m", {"source": str(folder)}, tmp_path / "cache")
+    assert info["architecture"] == "gpt2"  # loaded with transformers' own class
+    assert info["model_class"] == "GPT2LMHeadModel"
