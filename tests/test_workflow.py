@@ -389,3 +389,22 @@ def test_api_reproduces_the_workflow_numbers(workdir, tmp_path):
 
 def args_for(results):
     return ["--results", str(results), "--model", "gpt", "--corpus", "mini"]
+
+
+def test_bad_config_changes_nothing_in_existing_results(workdir, tmp_path):
+    run_snakemake(workdir, "all")
+    before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
+    unknown = tmp_path / "t5"
+    unknown.mkdir()
+    (unknown / "config.json").write_text('{"model_type": "t5", "architectures": ["T5Model"]}')
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["models"]["t5"] = {"source": str(unknown)}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "1"]
+    proc = subprocess.run(
+        [*cmd, "all", "--configfile", str(tmp_path / "bad.yaml")], capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert "model 't5': no adapter for architecture 't5'; supported: bert, gpt2" in proc.stderr
+    after = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
+    assert after == before
