@@ -7,32 +7,16 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc.adapters import missing_head_message
-from jtc.corpus import size_problem
-from jtc.config import ConfigError, check_config_file, layer_problem, validate_config
+from jtc.config import ConfigError, layer_problem
 from jtc.locks import clear_stale_locks
-from jtc.sources import local_num_layers, planning_problem
+from jtc.planning import checked_config
 
 try:
-    for _path in workflow.configfiles:
-        check_config_file(_path)
-    _checked = validate_config(config)
+    _checked = checked_config(config, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
 config.update(_checked)
-# what can be known about the models before any job runs (local folders; hub ids and GGUF
-# files are checked again once resolve_model has run)
-for _name, _spec in config["models"].items():
-    _layers = local_num_layers(_spec)
-    _problem = planning_problem(_name, _spec) or (
-        _spec["predict"] and _layers and layer_problem(_name, _layers, config)
-    )
-    if _problem:
-        raise WorkflowError(f"invalid configuration: {_problem}")
-for _name, _spec in config["corpora"].items():
-    _problem = size_problem(_name, _spec, config["sizes"])
-    if _problem:
-        raise WorkflowError(f"invalid configuration: {_problem}")
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (profiles/default adds --rerun-incomplete for its last jobs)
