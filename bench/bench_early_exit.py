@@ -28,8 +28,8 @@ from jtc.adapters import get_adapter  # noqa: E402
 from jtc.decode import Head  # noqa: E402
 from jtc.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
 from jtc.extract import prepare_inputs  # noqa: E402
-from jtc.fit import load_map  # noqa: E402
 from jtc.io import read_json, read_table  # noqa: E402
+from jtc.maps import load_map  # noqa: E402
 from jtc.pipeline import early_exit_tables  # noqa: E402
 
 RESULTS = Path("results")
@@ -127,7 +127,7 @@ def main() -> None:
     )
     threshold = rule.thresholds(np.array([0.5]), real_pos, float(np.mean(real_pos + 1)))[0]
 
-    weights = {s: load_map(maps[s], 30).astype(np.float64) for s in range(30)}  # in memory
+    weights = {s: load_map(maps[s], 30).affine()[0] for s in range(30)}  # in memory
 
     def to_last(layer, state):
         return (state @ weights[layer].T).astype(np.float32)

@@ -13,8 +13,8 @@ from tiny import make_model, save_model
 from jtc import corpus
 from jtc.corpus import CorpusError
 from jtc.extract import extract, prepare_inputs
-from jtc.fit import load_map, save_maps
 from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
+from jtc.maps import load_map, save_maps
 from jtc.models import cache_model, model_info
 from jtc.pipeline import fit_mat
 from jtc.sources import ModelSourceError

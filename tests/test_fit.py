@@ -5,8 +5,9 @@ import pytest
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score as sk_r2
 
-from jtc.fit import SourceSolver, fit_source, load_maps, save_maps, shortcut_function
+from jtc.fit import SourceSolver, fit_source
 from jtc.io import CorruptFileError
+from jtc.maps import ShortcutMap, load_maps, save_maps
 from jtc.metrics import r2_score
 
 
@@ -24,7 +25,7 @@ def test_mat_equals_sklearn_without_intercept():
     for t, y in ys.items():
         ref = LinearRegression(fit_intercept=False).fit(x, y)
         np.testing.assert_allclose(weights[t], ref.coef_, rtol=1e-6, atol=1e-8)
-        pred = shortcut_function("mat", weights, t)(x)
+        pred = ShortcutMap({"weight": weights[t]})(x)
         np.testing.assert_allclose(pred, ref.predict(x), rtol=1e-6, atol=1e-6)
 
 
@@ -32,7 +33,7 @@ def test_r2_equals_sklearn_uniform_average():
     x, ys = problem()
     weights, _ = fit_source(x[:300], ((t, y[:300]) for t, y in ys.items()))
     for t, y in ys.items():
-        pred = shortcut_function("mat", weights, t)(x[300:])
+        pred = ShortcutMap({"weight": weights[t]})(x[300:])
         assert abs(r2_score(y[300:], pred) - sk_r2(y[300:], pred)) < 1e-5
         assert abs(r2_score(y[300:], x[300:]) - sk_r2(y[300:], x[300:])) < 1e-5
 
@@ -95,7 +96,8 @@ def test_maps_round_trip_and_corrupt_file(tmp_path):
     save_maps(path, weights, {"method": "mat", "source_layer": 0})
     loaded = load_maps(path)
     assert sorted(loaded) == [1, 2, 3]
-    np.testing.assert_allclose(loaded[2], weights[2], rtol=1e-6)
+    np.testing.assert_allclose(loaded[2].tensors["weight"], weights[2], rtol=1e-6)
+    np.testing.assert_allclose(loaded[2](x), x @ weights[2].T, rtol=1e-5, atol=1e-4)
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CorruptFileError, match="from_0.safetensors"):
         load_maps(path)

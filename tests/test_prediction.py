@@ -6,8 +6,8 @@ import pytest
 from tiny import SENTENCES, save_model
 
 from jtc.examples import example_layers, examples_markdown
-from jtc.fit import save_maps
 from jtc.io import read_table, write_table
+from jtc.maps import save_maps
 from jtc.models import cache_model
 from jtc.pipeline import decode_predictions, extract_hidden, prediction_examples
 from jtc.prediction import bootstrap_means, metric_values, prediction_summary

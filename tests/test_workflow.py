@@ -161,6 +161,7 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     assert rules_run(fourth) == {
         "extract_hidden": 2,
         "fit_mat": 4,
+        "parameter_table": 2,
         "r2_table": 2,
         "plot_r2": 4,
         "decode_predictions": 2,
@@ -186,6 +187,74 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
     )
     sixth = run_snakemake(workdir, "all")
     assert rules_run(sixth) == {"early_exit": 2, "plot_early_exit": 2, "all": 1}
+
+
+TRAINED = ["njtc", "nnjtc", "tuned_lens"]
+
+
+def test_trained_methods_reach_every_table_and_rerun_alone(workdir, tmp_path):
+    from safetensors.numpy import load_file
+
+    from jtc.maps import read_metadata
+
+    for name in ("tiny-gpt2", "text.txt"):
+        os.symlink(workdir / name, tmp_path / name)
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["models"] = {"gpt": config["models"]["gpt"]}
+    config["methods"] = ["id", "mat", *TRAINED]
+    config["training"] = {m: {"max_epochs": 3, "batch_size": 8} for m in TRAINED}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    # 2 layers: njtc and nnjtc fit every pair (auto), the tuned lens the pairs into the last
+    assert ran["train_map"] == 3 * 2 and ran["fit_mat"] == 2
+    metrics = tmp_path / "results/metrics/gpt/mini"
+    r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
+    pairs = {
+        m: {(r["source_layer"], r["target_layer"]) for r in r2 if r["method"] == m} for m in TRAINED
+    }
+    assert pairs == {
+        "njtc": {(0, 1), (0, 2), (1, 2)},
+        "nnjtc": {(0, 1), (0, 2), (1, 2)},
+        "tuned_lens": {(0, 2), (1, 2)},
+    }
+    assert all(np.isfinite(r["r2"]) for r in r2)
+    for name in ("prediction", "early_exit", "early_exit_savings"):
+        methods = set(pq.read_table(metrics / f"{name}.parquet").column("method").to_pylist())
+        assert methods == {"id", "mat", *TRAINED}, name
+    assert all(f"| {m}, layer 1 |" in (metrics / "examples.md").read_text() for m in TRAINED)
+    counts = {r["method"]: r for r in pq.read_table(metrics / "parameters.parquet").to_pylist()}
+    assert counts["mat"]["parameters"] == 16 * 16 and counts["njtc"]["parameters"] == 2 * 16
+    assert counts["nnjtc"]["parameters"] == 2 * 16 + 2 * 16 and counts["nnjtc"]["buffers"] == 32
+    assert counts["tuned_lens"]["parameters"] == 16 * 16 + 16
+    for m in TRAINED:
+        assert (tmp_path / f"results/figures/gpt/mini/r2_{m}.png").stat().st_size
+
+    # one method's training setting: that method's maps and what reads them, nothing else
+    config["training"]["njtc"]["learning_rate"] = 0.02
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    assert rules_run(run_snakemake(tmp_path, "all")) == {
+        "train_map": 2,
+        "r2_table": 1,
+        "plot_r2": 5,
+        "parameter_table": 1,
+        "decode_predictions": 1,
+        "prediction_table": 1,
+        "plot_prediction": 1,
+        "prediction_examples": 1,
+        "early_exit": 1,
+        "plot_early_exit": 1,
+        "all": 1,
+    }
+
+    # same seed, same maps, bit for bit
+    # (the header's key order is not fixed by safetensors: compare tensors and metadata)
+    nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc/from_0.safetensors"
+    first, first_meta = load_file(nnjtc), read_metadata(nnjtc)
+    nnjtc.unlink()
+    run_snakemake(tmp_path, str(nnjtc.relative_to(tmp_path)))
+    again = load_file(nnjtc)
+    assert sorted(again) == sorted(first) and read_metadata(nnjtc) == first_meta
+    assert all(np.array_equal(again[k], first[k]) for k in first)
 
 
 def test_same_config_gives_identical_tables(workdir, tmp_path):
@@ -221,7 +290,8 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
         ({"sizes": {"train": 180, "validation": 40}}, "has at most 200 sentences, fewer than"),
         ({"prediction": {"example_layers": [5]}}, "layers [5] are outside 0..1 for model"),
         ({"early_exit": {"min_layer": 3}}, "'early_exit.min_layer': 3 is beyond the 2 layers"),
-        ({"methods": ["id", "njtc"]}, "config key 'methods.1'"),
+        ({"methods": ["id", "lowrank"]}, "config key 'methods.1'"),
+        ({"training": {"tuned_lens": {"rank": 4}}}, "'rank' was unexpected"),
         ({"models": {"x": {"source": "/nonexistent/model", "predict": 1}}}, "models.x.predict"),
     ],
 )
@@ -283,6 +353,7 @@ def test_report_holds_every_figure_and_table(workdir):
             "early_exit.csv",
             "early_exit_savings.csv",
             "examples.md",
+            "parameters.csv",
         )
     ]
     assert len(figures) == 2 * 4  # per model: r2_id, r2_mat, prediction, early_exit

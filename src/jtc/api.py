@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 from safetensors import safe_open
 
-from .fit import load_map
 from .io import atomic_dir, read_json, read_table
+from .maps import ShortcutMap, load_map
 
 EXPORT_FORMAT = "jtc-shortcuts-v1"
 LENS_COLUMNS = {
@@ -53,7 +53,7 @@ class Shortcuts:
 
     description: dict[str, Any]
     files: dict[int, Path] = field(default_factory=dict)
-    _cache: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[int, int], ShortcutMap] = field(default_factory=dict, repr=False)
 
     @property
     def method(self) -> str:
@@ -105,8 +105,8 @@ class Shortcuts:
         sources = range(description["num_layers"]) if description["method"] != "id" else []
         return cls(description, {s: folder / f"from_{s}.safetensors" for s in sources})
 
-    def weight(self, source: int, target: int) -> np.ndarray:
-        """The (d_out, d_in) map from layer `source` to layer `target` (float64)."""
+    def map(self, source: int, target: int) -> ShortcutMap:
+        """The map from layer `source` to layer `target` (callable on (n, d) states)."""
         if not 0 <= source < target <= self.num_layers:
             raise ValueError(
                 f"no map from layer {source} to {target}: need 0 <= source < target <= "
@@ -114,8 +114,23 @@ class Shortcuts:
             )
         key = (source, target)
         if key not in self._cache:
-            self._cache[key] = load_map(self.files[source], target).astype(np.float64)
+            self._cache[key] = load_map(self.files[source], target)
         return self._cache[key]
+
+    def affine(self, source: int, target: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The map from `source` to `target` as (weight (d_out, d_in), bias or None), float64:
+        pred = h @ weight.T + bias, whatever the method's parts (low-rank, normalised, ...)."""
+        return self.map(source, target).affine()
+
+    def weight(self, source: int, target: int) -> np.ndarray:
+        """The (d_out, d_in) matrix of a map without intercept (mat, NJTC); see `affine`."""
+        weight, bias = self.affine(source, target)
+        if bias is not None:
+            raise ValueError(
+                f"the {self.method} map from layer {source} to {target} has an intercept: "
+                f"use affine()"
+            )
+        return weight
 
     def apply(self, states: np.ndarray, source: int, target: int | None = None) -> np.ndarray:
         """States of layer `source` (n, d) mapped to layer `target` (default: the last)."""
@@ -128,7 +143,7 @@ class Shortcuts:
             )
         if source == target or self.method == "id":
             return states
-        return states.astype(np.float64) @ self.weight(source, target).T
+        return self.map(source, target)(states)
 
     def check_model(self, info: dict[str, Any]) -> None:
         """Refuse a model whose width or layer count differs from the one the maps fit."""
@@ -171,7 +186,7 @@ class Shortcuts:
         description = {
             **self.description,
             "format": EXPORT_FORMAT,
-            "convention": "pred = h @ weight.T; file from_{l} holds to_{l'}.weight for l' > l",
+            "convention": "file from_{l} holds the maps to_{l'}.* for l' > l; see jtc.maps",
             "fit_statistics": statistics,
             "versions": {
                 "jtc": __version__,

@@ -9,6 +9,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .methods import METHODS, training_settings
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 
@@ -102,6 +104,9 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"config key '{_key(err.absolute_path)}': {err.message}")
     checked = copy.deepcopy(config)
     _fill_defaults(checked, schema)
+    checked["training"] = {
+        name: training_settings(checked, name) for name, m in METHODS.items() if m.trained
+    }
     for name, corpus in checked["corpora"].items():
         if corpus["source"] != "leipzig" and ("url" in corpus or "sha256" in corpus):
             raise ConfigError(

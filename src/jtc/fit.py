@@ -1,23 +1,17 @@
 """Least-squares shortcut maps (JTC's "mat"): h_l' ≈ A h_l, no intercept.
 
 One factorisation of the float64 Gram matrix X^T X per source layer serves every target layer.
-Maps follow torch.nn.Linear's convention: weight has shape (d_out, d_in), pred = h @ weight.T.
+Maps follow torch.nn.Linear's convention: weight has shape (d_out, d_in), pred = h @ weight.T;
+they are stored by jtc.maps.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 
 import numpy as np
 import scipy.linalg
-from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file, save_file
 
-from .io import CorruptFileError, atomic_path
-
-FORMAT = "jtc-shortcut-v1"
 MAX_CONDITION = 1e12  # above this (estimated) condition number of X^T X, use the pseudo-inverse
 RHS_BYTES = 64 << 20  # targets solved together: at most this much float64 right-hand side
 
@@ -94,57 +88,3 @@ def fit_source(
         used += width
     flush()
     return weights, solver.method
-
-
-def save_maps(
-    path: str | Path, weights: dict[int, np.ndarray], metadata: dict[str, object]
-) -> None:
-    """Store one source layer's maps: tensor `to_{target}.weight` per target layer."""
-    tensors = {
-        f"to_{t}.weight": np.ascontiguousarray(w, dtype=np.float32)
-        for t, w in sorted(weights.items())
-    }
-    meta = {
-        "format": FORMAT,
-        "convention": "pred = h @ weight.T",
-        "targets": json.dumps(sorted(weights)),
-    }
-    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
-
-
-def load_maps(path: str | Path) -> dict[int, np.ndarray]:
-    """{target layer: weight (d_out, d_in)} from a file written by save_maps."""
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
-    maps = {}
-    for name, weight in tensors.items():
-        if not (name.startswith("to_") and name.endswith(".weight")):
-            raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
-        maps[int(name[3:-7])] = weight
-    return maps
-
-
-def load_map(path: str | Path, target: int) -> np.ndarray:
-    """The one weight (d_out, d_in) into `target` from a file written by save_maps."""
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            if f"to_{target}.weight" not in handle.keys():
-                raise CorruptFileError(f"{path}: holds no map to layer {target}")
-            return handle.get_tensor(f"to_{target}.weight")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
-
-
-def shortcut_function(
-    method: str, weights: dict[int, np.ndarray] | None, target: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """The prediction of h_target from h_source for a method: identity or a linear map."""
-    if method == "id":
-        return lambda h: h
-    assert weights is not None
-    weight = weights[target].astype(np.float64)
-    return lambda h: h @ weight.T

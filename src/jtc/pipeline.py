@@ -11,7 +11,7 @@ import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 from . import corpus as corpus_lib
-from .fit import fit_source, load_map, load_maps, save_maps, shortcut_function
+from .fit import fit_source
 from .io import (
     CorruptFileError,
     atomic_dir,
@@ -24,6 +24,7 @@ from .io import (
     rows_table,
     write_table,
 )
+from .maps import load_map, load_maps, save_maps
 from .metrics import r2_score, r2_table
 
 # torch, transformers and matplotlib are imported inside the stages that need them, so that
@@ -120,6 +121,72 @@ def fit_mat(
     )
 
 
+def train_map(
+    train_dir: str,
+    out: str,
+    *,
+    model_dir: str | None,
+    method: str,
+    source: int,
+    settings: dict,
+    seed: int,
+    model: str,
+    corpus: str,
+    threads: int,
+) -> None:
+    """Train a method's maps from `source` to the target layers its settings ask for
+    (jtc.methods.fitted_targets), on a GPU if the job has one; the tuned lens trains through
+    the cached model's decoder head."""
+    import torch
+
+    from .methods import fitted_targets
+    from .train import TrainSettings, default_rank, pair_seed, train_low_rank, train_tuned_lens
+
+    torch.set_num_threads(threads)
+    info = read_json(Path(train_dir) / "info.json")
+    targets = fitted_targets(method, settings.get("targets", "last"), source, info["num_layers"])
+    ids, x = read_states(train_dir, source)
+    training = TrainSettings.from_config(settings)
+    results = {}
+    if method == "tuned_lens":
+        if model_dir is None:
+            raise ValueError("the tuned lens is trained through the model's head: no model given")
+        head, _, _ = _load_head(model_dir, model, threads)
+        for target in targets:  # the last layer: the final prediction is read from its states
+            final = read_aligned(train_dir, target, ids, np.float32)
+            seed_t = pair_seed(seed, method, source, target)
+            results[target] = train_tuned_lens(x, head, final, settings=training, seed=seed_t)
+    else:
+        rank = settings["rank"] or default_rank(x.shape[1])
+        for target in targets:
+            results[target] = train_low_rank(
+                x,
+                read_aligned(train_dir, target, ids, np.float32),
+                rank=rank,
+                normalise=method == "nnjtc",
+                settings=training,
+                seed=pair_seed(seed, method, source, target),
+            )
+    for target, result in results.items():
+        log.info(
+            "%s %d -> %d: %s, %.2f s", method, source, target, result.summary(), result.seconds
+        )
+    save_maps(
+        out,
+        {t: r.tensors for t, r in results.items()},
+        {
+            "method": method,
+            "model": model,
+            "corpus": corpus,
+            "source_layer": source,
+            "n_train": len(ids),
+            "seed": seed,
+            "settings": settings,
+            "training": {str(t): r.summary() for t, r in results.items()},
+        },
+    )
+
+
 def r2_metrics(
     val_dir: str, maps: dict[str, list[str]], out: str, *, model: str, corpus: str, threads: int = 1
 ) -> None:
@@ -136,25 +203,70 @@ def r2_metrics(
 
 
 def _r2_rows(states, maps, model, corpus):
+    """Every pair for id; for a fitted method, the pairs its files hold (a trained method may
+    fit only the maps into the last layer)."""
     n_layers = len(states) - 1
     rows = []
     for method in sorted(maps):
         files = maps[method]
         for source in range(n_layers):
-            weights = load_maps(files[source]) if files else None
-            for target in range(source + 1, n_layers + 1):
-                predict = shortcut_function(method, weights, target)
+            if files:
+                fitted = load_maps(files[source])
+            else:
+                fitted = {t: None for t in range(source + 1, n_layers + 1)}
+            for target, shortcut in fitted.items():
+                predicted = states[source] if shortcut is None else shortcut(states[source])
                 rows.append(
-                    (
-                        model,
-                        corpus,
-                        method,
-                        source,
-                        target,
-                        r2_score(states[target], predict(states[source])),
-                    )
+                    (model, corpus, method, source, target, r2_score(states[target], predicted))
                 )
     return rows
+
+
+PARAMETER_COLUMNS = {
+    "model": pa.string(),
+    "corpus": pa.string(),
+    "method": pa.string(),
+    "hidden_size": pa.int64(),
+    "rank": pa.int64(),
+    "parameters": pa.int64(),  # trained, per map (one layer pair)
+    "buffers": pa.int64(),  # stored but not trained (batch normalisation's running statistics)
+    "share_of_mat": pa.float64(),  # (parameters + buffers) / d²
+}
+
+
+def parameter_table(
+    model_dir: str, map_files: dict[str, str], out: str, *, model: str, corpus: str
+) -> None:
+    """Parameters of one map (layer 0 into the last layer) per method, beside mat's d²."""
+    info = read_json(Path(model_dir) / "info.json")
+    num_layers, width = info["num_layers"], info["hidden_size"]
+    rows = [
+        {
+            "model": model,
+            "corpus": corpus,
+            "method": "id",
+            "hidden_size": width,
+            "parameters": 0,
+            "buffers": 0,
+            "share_of_mat": 0.0,
+        }
+    ]
+    for method, path in sorted(map_files.items()):
+        shortcut = load_map(path, num_layers)
+        parameters, buffers = shortcut.parameter_counts()
+        rows.append(
+            {
+                "model": model,
+                "corpus": corpus,
+                "method": method,
+                "hidden_size": shortcut.width,
+                "rank": shortcut.rank,
+                "parameters": parameters,
+                "buffers": buffers,
+                "share_of_mat": (parameters + buffers) / shortcut.width**2,
+            }
+        )
+    write_table(rows_table(rows, PARAMETER_COLUMNS), out, csv=True)
 
 
 def plot_r2(table_path: str, method: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
@@ -166,14 +278,11 @@ def plot_r2(table_path: str, method: str, png: str, pdf: str, *, model: str, cor
 # --- prediction from early layers ----------------------------------------------------------
 
 
-def _to_last_layer(
-    method: str, files: list[str], source: int, states: np.ndarray, last: int
-) -> np.ndarray:
-    """States of layer `source` mapped to the last layer by `method` (identity at the last)."""
-    if source == last:
+def _to_last_layer(files: list[str], source: int, states: np.ndarray, last: int) -> np.ndarray:
+    """States of layer `source` mapped to the last layer by a method's map files (none: id)."""
+    if source == last or not files:
         return states
-    weights = {last: load_map(files[source], last)} if files else None
-    return shortcut_function(method, weights, last)(states)
+    return load_map(files[source], last)(states)
 
 
 def _load_head(model_dir: str, model: str, threads: int):
@@ -224,7 +333,7 @@ def decode_predictions(
     tables = []
     for layer in range(last + 1):
         states = read_aligned(val_dir, layer, ids, np.float32)
-        mapped = _to_last_layer(method, map_files, layer, states, last)
+        mapped = _to_last_layer(map_files, layer, states, last)
         scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
         tables.append(
             pa.table(
@@ -326,7 +435,7 @@ def prediction_examples(
     for layer in examples.example_layers(layers, last):
         states = layer_states(layer)
         for method in sorted(map_files):
-            mapped = _to_last_layer(method, map_files[method], layer, states, last)
+            mapped = _to_last_layer(map_files[method], layer, states, last)
             predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
     table = examples.examples_table(
         ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from jtc.adapters import missing_head_message
 from jtc.config import ConfigError, layer_problem
 from jtc.locks import clear_stale_locks
+from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.planning import checked_config
 
 try:
@@ -32,6 +33,7 @@ MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
 METHODS = list(config["methods"])
 MAP_METHODS = [m for m in METHODS if m != "id"]
+TRAINED_METHODS = [m for m in METHODS if METHOD_SPECS[m].trained]
 PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
 
 
@@ -78,6 +80,18 @@ def predicting_model_dir(model):
     return model_dir(model)
 
 
+def methods_for(model):
+    """The configured methods that apply to a model (the tuned lens needs a decoder head)."""
+    return [m for m in METHODS if applicable(m, config["models"][model]["predict"])]
+
+
+def train_inputs(wildcards):
+    inputs = {"train": f"results/hidden/{wildcards.model}/{wildcards.corpus}/train"}
+    if METHOD_SPECS[wildcards.method].needs_head:
+        inputs["model"] = predicting_model_dir(wildcards.model)
+    return inputs
+
+
 def map_files(model, corpus, method):
     """The map files of a fitted method, one per source layer; none for id."""
     if method == "id":
@@ -108,9 +122,10 @@ def get_final_output():
                 "results/figures/{model}/{corpus}/r2_{method}.{ext}",
                 model=model,
                 corpus=corpus,
-                method=METHODS,
+                method=methods_for(model),
                 ext=["png", "pdf"],
             )
+            targets.append(f"results/metrics/{model}/{corpus}/parameters.parquet")
             if model in PREDICTING:
                 targets += [
                     f"results/metrics/{model}/{corpus}/prediction.parquet",
@@ -136,9 +151,20 @@ def r2_inputs(wildcards):
     inputs = {
         "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
     }
-    for method in MAP_METHODS:
-        inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
+    for method in methods_for(wildcards.model):
+        if method != "id":
+            inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
     return inputs
+
+
+def parameter_inputs(wildcards):
+    """Each fitted method's maps from layer 0 (they hold its map into the last layer)."""
+    inputs = {
+        method: map_files(wildcards.model, wildcards.corpus, method)[0]
+        for method in methods_for(wildcards.model)
+        if method != "id"
+    }
+    return {"model": model_dir(wildcards.model), **inputs}
 
 
 def decode_inputs(wildcards):

@@ -13,6 +13,30 @@ rule fit_mat:
     resources:
         mem_mb=4000,
     params:
-        code=code_hash("fit"),
+        code=code_hash("fit", "maps"),
     script:
         "../scripts/fit_mat.py"
+
+
+rule train_map:
+    input:
+        unpack(train_inputs),
+    output:
+        "results/maps/{model}/{corpus}/{method}/from_{source}.safetensors",
+    log:
+        "logs/train_map/{model}/{corpus}/{method}/from_{source}.log",
+    benchmark:
+        "benchmarks/train_map/{model}/{corpus}/{method}/from_{source}.tsv"
+    wildcard_constraints:
+        method=_alternatives(TRAINED_METHODS),
+    conda:
+        "../../envs/jtc.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    params:
+        settings=lambda w: config["training"][w.method],
+        seed=config["seed"],
+        code=code_hash("maps", "train", "decode", "adapters", "models"),
+    script:
+        "../scripts/train_map.py"

@@ -18,8 +18,8 @@ rule r2_table:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     params:
-        methods=config["methods"],
-        code=code_hash("fit", "metrics"),
+        methods=lambda w: methods_for(w.model),
+        code=code_hash("maps", "metrics"),
     script:
         "../scripts/r2_table.py"
 
@@ -44,3 +44,25 @@ rule plot_r2:
         code=code_hash("plots"),
     script:
         "../scripts/plot_r2.py"
+
+
+rule parameter_table:
+    input:
+        unpack(parameter_inputs),
+    output:
+        table="results/metrics/{model}/{corpus}/parameters.parquet",
+        csv=report(
+            "results/metrics/{model}/{corpus}/parameters.csv",
+            caption="../report/parameter_table.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"table": "parameters per method"},
+        ),
+    log:
+        "logs/parameter_table/{model}/{corpus}.log",
+    conda:
+        "../../envs/jtc.yaml"
+    params:
+        code=code_hash("maps"),
+    script:
+        "../scripts/parameter_table.py"

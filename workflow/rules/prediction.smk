@@ -14,7 +14,7 @@ rule decode_predictions:
         mem_mb=8000,
     params:
         top_k=max(config["prediction"]["top_k"]),
-        code=code_hash("adapters", "models", "fit", "decode"),
+        code=code_hash("adapters", "models", "maps", "decode"),
     script:
         "../scripts/decode_predictions.py"
 
@@ -95,6 +95,6 @@ rule prediction_examples:
         methods=METHODS,
         examples=config["prediction"]["examples"],
         layers=config["prediction"]["example_layers"],
-        code=code_hash("adapters", "models", "fit", "decode", "examples", "extract"),
+        code=code_hash("adapters", "models", "maps", "decode", "examples", "extract"),
     script:
         "../scripts/prediction_examples.py"

@@ -1,0 +1,17 @@
+from jtc.logs import job_log
+from jtc.pipeline import train_map
+
+with job_log(snakemake.log[0]):
+    p = snakemake.params
+    train_map(
+        snakemake.input.train,
+        snakemake.output[0],
+        model_dir=snakemake.input.get("model"),
+        method=snakemake.wildcards.method,
+        source=int(snakemake.wildcards.source),
+        settings=dict(p.settings),
+        seed=p.seed,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        threads=snakemake.threads,
+    )
