@@ -11,6 +11,7 @@ from jtc.config import ConfigError, layer_problem
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.planning import checked_config
+from jtc.resources import Shape, memory_mb, runtime_minutes
 
 try:
     _checked = checked_config(config, workflow.configfiles)
@@ -55,6 +56,35 @@ def code_hash(*modules):
     for module in ("io", "logs", "pipeline", *modules):
         digest.update((SRC / f"{module}.py").read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _shape(wildcards, split):
+    """The model's shape once it is cached (a large default before), and the sentences read."""
+    split = getattr(wildcards, "split", split)
+    return Shape.of(
+        f"results/models/{wildcards.model}",
+        config["sizes"][split],
+        config["max_tokens"],
+    )
+
+
+def _epochs(wildcards):
+    method = getattr(wildcards, "method", None)
+    return config.get("training", {}).get(method, {}).get("max_epochs", 1)
+
+
+def mem_mb(stage, split="train"):
+    """A job's memory request: grows with the model, the sentences and the attempt."""
+    return lambda wildcards, attempt: memory_mb(
+        stage, _shape(wildcards, split), attempt
+    )
+
+
+def runtime(stage, split="train"):
+    """A job's wall-time request (minutes), likewise."""
+    return lambda wildcards, attempt: runtime_minutes(
+        stage, _shape(wildcards, split), attempt, _epochs(wildcards)
+    )
 
 
 def model_dir(model):

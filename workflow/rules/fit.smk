@@ -11,7 +11,8 @@ rule fit_mat:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=4000,
+        mem_mb=mem_mb("fit_mat"),
+        runtime=runtime("fit_mat"),
     params:
         code=code_hash("fit", "maps"),
     script:
@@ -33,7 +34,8 @@ rule train_map:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=mem_mb("train_map"),
+        runtime=runtime("train_map"),
     params:
         settings=lambda w: config["training"][w.method],
         seed=config["seed"],

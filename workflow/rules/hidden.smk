@@ -12,7 +12,8 @@ rule extract_hidden:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=mem_mb("extract_hidden"),
+        runtime=runtime("extract_hidden"),
     params:
         n=lambda w: config["sizes"][w.split],
         seed=config["seed"],

@@ -17,6 +17,9 @@ rule r2_table:
     conda:
         "../../envs/jtc.yaml"
     threads: config["threads"]
+    resources:
+        mem_mb=mem_mb("r2_table", "validation"),
+        runtime=runtime("r2_table", "validation"),
     params:
         methods=lambda w: methods_for(w.model),
         code=code_hash("maps", "metrics"),

@@ -8,7 +8,8 @@ checkpoint resolve_model:
     conda:
         "../../envs/jtc.yaml"
     resources:
-        mem_mb=8000,
+        mem_mb=mem_mb("resolve_model"),
+        runtime=runtime("resolve_model"),
     params:
         spec=lambda w: config["models"][w.model],
         code=code_hash("models", "adapters"),

@@ -11,7 +11,8 @@ rule decode_predictions:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=mem_mb("decode_predictions", "validation"),
+        runtime=runtime("decode_predictions", "validation"),
     params:
         top_k=max(config["prediction"]["top_k"]),
         code=code_hash("adapters", "models", "maps", "decode"),
@@ -90,7 +91,8 @@ rule prediction_examples:
         "../../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        mem_mb=mem_mb("prediction_examples", "validation"),
+        runtime=runtime("prediction_examples", "validation"),
     params:
         methods=METHODS,
         examples=config["prediction"]["examples"],

@@ -1,0 +1,95 @@
+"""Memory and run-time requests of the workflow's jobs, for a cluster scheduler (torch-free).
+
+Estimates grow with the model (width, depth, parameters, vocabulary) and the number of
+sentences, and with `attempt`: a job that a scheduler killed for memory or time is retried with
+twice, then three times, the request. Run times assume 50 GFLOP/s sustained (a CPU node; a
+GPU is far faster) and sentences a quarter of `max_tokens` long on average; a profile can
+still override any rule (`set-resources`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+GFLOPS = 50.0  # sustained throughput assumed for run times
+BASE_MB = 1500  # Python, torch and the libraries
+MIN_RUNTIME = 10  # minutes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a job's cost depends on: the model, and the sentences it reads."""
+
+    width: int = 1024
+    layers: int = 24
+    parameters: int = 400_000_000
+    vocab: int = 50_000
+    rows: int = 10_000
+    tokens: int = 128  # per sentence, at most
+
+    @classmethod
+    def of(cls, model_dir: str | Path, rows: int, tokens: int) -> Shape:
+        """The cached model's shape (info.json), or a large default before it is cached."""
+        info_path = Path(model_dir) / "info.json"
+        if not info_path.exists():
+            return cls(rows=rows, tokens=tokens)
+        info = json.loads(info_path.read_text())
+        return cls(
+            width=int(info["hidden_size"]),
+            layers=int(info["num_layers"]),
+            parameters=int(info["parameters"]),
+            vocab=int(info.get("vocab_size") or 50_000),
+            rows=rows,
+            tokens=tokens,
+        )
+
+    @property
+    def model_mb(self) -> float:
+        return self.parameters * 4 / 1e6
+
+    def states_mb(self, rows: int, layers: int | None = None, itemsize: int = 4) -> float:
+        return rows * (self.layers + 1 if layers is None else layers) * self.width * itemsize / 1e6
+
+
+def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
+    """Memory request (MB) of one job of `stage`."""
+    s = shape
+    if stage == "resolve_model":
+        need = 3 * s.model_mb
+    elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
+        need = 2 * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
+    elif stage == "fit_mat":  # float64 X, its projection and one target; 64 MB of targets
+        need = s.rows * s.width * 8 * 4 / 1e6 + 64
+    elif stage == "train_map":  # the tuned lens also holds the model and a batch of logits
+        need = 2 * s.model_mb + s.rows * s.width * 4 * 4 / 1e6 + 128 * s.vocab * 4 * 4 / 1e6
+    elif stage == "r2_table":  # every validation layer, in float64, and one prediction
+        need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
+    elif stage in ("decode_predictions", "prediction_examples"):
+        need = 2 * s.model_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
+    else:
+        need = 500
+    return int(math.ceil((BASE_MB + need) * attempt / 100) * 100)
+
+
+def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 100) -> int:
+    """Wall-time request (minutes) of one job of `stage`."""
+    s = shape
+    if stage == "resolve_model":
+        flop = 50_000 * s.parameters  # downloading, dequantising, writing: ~1 min per 60M
+    elif stage == "extract_hidden":
+        flop = 2 * s.parameters * s.rows * s.tokens / 4
+    elif stage == "fit_mat":  # one source layer: the Gram, its factor, every target
+        flop = 2 * s.rows * s.width**2 * (s.layers + 2)
+    elif stage == "train_map":  # the tuned lens: four vocabulary products per row and epoch
+        flop = epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
+    elif stage == "r2_table":
+        flop = s.rows * s.width**2 * s.layers**2
+    elif stage in ("decode_predictions", "prediction_examples"):
+        flop = 2 * (s.layers + 2) * s.rows * s.width * s.vocab
+    else:
+        flop = 0
+    minutes = MIN_RUNTIME + flop / (GFLOPS * 1e9) / 60
+    return int(math.ceil(minutes * attempt))

@@ -1,0 +1,167 @@
+"""A single-node SLURM on localhost for the tests, from Debian's packages (tests/install_slurm.sh).
+
+There is no systemd: munged, slurmctld and slurmd are started by hand as daemons, each with its
+files (key, socket, state, logs, PID files) in one temporary folder, on free ports, and stopped
+by their PID files. The node offers two fake GPUs (plain files as devices) in a `gpu` partition,
+so the SLURM profile's GPU requests are scheduled as written. Accounting is off: Snakemake's
+plugin is told to poll with squeue, and MinJobAge keeps finished jobs visible to it.
+
+The configuration goes to /etc/slurm (where srun looks: the plugin's job step drops SLURM_CONF
+from srun's environment), marked as ours; an existing configuration that is not ours is never
+touched (the tests then skip), and ours is removed when the cluster stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+MARKER = "# jtc test cluster: written by tests/slurm_cluster.py, removed when it stops"
+CONF_DIR = Path("/etc/slurm")
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "squeue", "scancel", "sinfo")
+
+
+def missing_binaries() -> list[str]:
+    def found(name: str) -> bool:
+        return bool(shutil.which(name) or shutil.which(name, path="/usr/sbin"))
+
+    return [name for name in DAEMONS + CLIENTS if not found(name)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _memory_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    return 4096
+
+
+class ForeignConfig(RuntimeError):
+    """A SLURM configuration that the tests did not write is in the way."""
+
+
+class LocalSlurm:
+    def __init__(self, root: Path, conf_dir: Path = CONF_DIR):
+        self.root = root
+        self.conf = conf_dir / "slurm.conf"
+        self.gres = conf_dir / "gres.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def _binary(self, name: str) -> str:
+        return shutil.which(name) or shutil.which(name, path="/usr/sbin") or name
+
+    def _write_config(self) -> None:
+        for path in (self.conf, self.gres):
+            if path.exists() and MARKER not in path.read_text():
+                raise ForeignConfig(f"{path} exists and was not written by the tests")
+        self.conf.parent.mkdir(parents=True, exist_ok=True)
+        r = self.root
+        for folder in ("state", "spool", "log"):
+            (r / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(2):
+            (r / f"fake_gpu{i}").touch()
+        cpus = os.cpu_count() or 1
+        memory = int(_memory_mb() * 0.8)
+        self.gres.write_text(f"{MARKER}\nNodeName=localhost Name=gpu File={r}/fake_gpu[0-1]\n")
+        self.conf.write_text(
+            "\n".join(
+                [
+                    MARKER,
+                    "ClusterName=jtctest",
+                    "SlurmctldHost=localhost",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={r}/munge.socket",
+                    f"SlurmctldPort={_free_port()}",
+                    f"SlurmdPort={_free_port()}",
+                    f"StateSaveLocation={r}/state",
+                    f"SlurmdSpoolDir={r}/spool",
+                    f"SlurmctldPidFile={r}/slurmctld.pid",
+                    f"SlurmdPidFile={r}/slurmd.pid",
+                    f"SlurmctldLogFile={r}/log/slurmctld.log",
+                    f"SlurmdLogFile={r}/log/slurmd.log",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "SchedulerType=sched/backfill",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core_Memory",
+                    "ReturnToService=2",
+                    "MinJobAge=3600",  # finished jobs stay visible to squeue
+                    "DefMemPerCPU=1000",  # else each job takes the node's whole memory
+                    "MpiDefault=none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "AccountingStorageType=accounting_storage/none",
+                    "GresTypes=gpu",
+                    f"NodeName=localhost CPUs={cpus} RealMemory={memory} Gres=gpu:2 State=UNKNOWN",
+                    "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+                    "PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._write_config()
+        key = self.root / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, env=self.env)  # noqa: E731
+        r = self.root
+        run(
+            self._binary("munged"),
+            "--force",
+            f"--key-file={key}",
+            f"--socket={r}/munge.socket",
+            f"--pid-file={r}/munged.pid",
+            f"--log-file={r}/log/munged.log",
+            f"--seed-file={r}/munged.seed",
+        )
+        run(self._binary("slurmctld"), "-f", str(self.conf))
+        run(self._binary("slurmd"), "-f", str(self.conf), "-N", "localhost")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = subprocess.run(
+                ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.env
+            ).stdout.split()
+            if state and all(s == "idle" for s in state):
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"SLURM did not come up in {timeout} s; see the logs in {r}/log")
+
+    def jobs(self) -> list[dict[str, str]]:
+        """Jobs of every state: id, state, comment (the plugin writes the rule there)."""
+        out = subprocess.run(
+            ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+        ).stdout
+        rows = [line.split("|", 2) for line in out.splitlines() if line.strip()]
+        return [{"id": i, "state": s, "comment": c} for i, s, c in rows]
+
+    def cancel(self, job_id: str) -> None:
+        subprocess.run(["scancel", job_id], check=True, env=self.env)
+
+    def stop(self) -> None:
+        subprocess.run(["scancel", "--user=root"], capture_output=True, env=self.env)
+        for name in ("slurmd", "slurmctld", "munged"):
+            pid_file = self.root / f"{name}.pid"
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+        for path in (self.conf, self.gres):
+            if path.exists() and MARKER in path.read_text():
+                path.unlink()

@@ -1,0 +1,181 @@
+"""The workflow on a real (single-node) SLURM, through Snakemake's executor plugin and the
+repository's SLURM profile: the same tables as a local run, a job cancelled mid-run is retried,
+and a job that always fails stops the run naming its rule."""
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from safetensors.numpy import load_file
+from slurm_cluster import ForeignConfig, LocalSlurm, missing_binaries
+from tiny import WORDS, save_model
+
+ROOT = Path(__file__).parents[1]
+pytestmark = pytest.mark.workflow
+TARGETS = [
+    "results/metrics/gpt/mini/r2.parquet",
+    "results/metrics/gpt/mini/prediction.parquet",
+    "results/metrics/gpt/mini/parameters.parquet",
+]
+# executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
+SLURM_FLAGS = [
+    "--workflow-profile",
+    str(ROOT / "profiles/slurm"),
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--slurm-no-account",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(
+            f"SLURM is not installed here (missing {', '.join(missing)}); "
+            "tests/install_slurm.sh installs it from Debian's packages (root and apt-get needed)"
+        )
+    slurm = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        slurm.start()
+    except (OSError, subprocess.CalledProcessError, RuntimeError, ForeignConfig) as exc:
+        slurm.stop()
+        pytest.skip(f"a local SLURM could not be started here: {exc}")
+    yield slurm
+    slurm.stop()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A tiny model, a small text corpus and a config using them."""
+    folder = tmp_path_factory.mktemp("slurm-project")
+    save_model("gpt2", folder / "tiny-gpt2", layers=2, width=16)
+    rng = np.random.default_rng(1)
+    words = [rng.choice(WORDS, size=rng.integers(5, 14)) for _ in range(150)]
+    lines = [" ".join(w).capitalize() + "." for w in words]
+    (folder / "text.txt").write_text("\n".join(lines) + "\n")
+    config = {
+        "sizes": {"train": 40, "validation": 16},
+        "validation_fraction": 0.3,
+        "batch_size": 8,
+        "max_tokens": 24,
+        "threads": 1,
+        "methods": ["id", "mat", "njtc"],
+        "training": {"njtc": {"max_epochs": 3, "batch_size": 8}},
+        "corpora": {"mini": {"source": "text_file", "path": str(folder / "text.txt")}},
+        "models": {"gpt": {"source": str(folder / "tiny-gpt2")}},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def snakemake(workdir, *args, env=None, timeout=240):
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**(env or os.environ), "PYTHONHASHSEED": "0"},
+    )
+
+
+def finish(proc, timeout=240) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"snakemake did not finish in {timeout} s:\n{out[-4000:]}") from None
+    return out
+
+
+def copy_project(project, workdir):
+    workdir.mkdir()
+    shutil.copy(project / "config.yaml", workdir / "config.yaml")
+    return workdir
+
+
+def same_outputs(a: Path, b: Path) -> None:
+    for target in TARGETS:
+        assert pq.read_table(a / target).equals(pq.read_table(b / target)), target
+    for name in ("mat", "njtc"):
+        x = load_file(a / f"results/maps/gpt/mini/{name}/from_0.safetensors")
+        y = load_file(b / f"results/maps/gpt/mini/{name}/from_0.safetensors")
+        assert sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x), name
+
+
+def cancel_first_running(slurm: LocalSlurm, rule: str, done: dict, stop: threading.Event):
+    """Cancel the first job of `rule` seen running, once."""
+    while not stop.is_set():
+        for job in slurm.jobs():
+            if job["state"] == "RUNNING" and job["comment"].startswith(f"rule_{rule}"):
+                slurm.cancel(job["id"])
+                done["cancelled"] = job
+                return
+        time.sleep(0.2)
+
+
+def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(cluster, project, tmp_path):
+    local = copy_project(project, tmp_path / "local")
+    out = finish(snakemake(local, "--cores", "2", *TARGETS))
+    assert all((local / t).exists() for t in TARGETS), out[-3000:]
+
+    remote = copy_project(project, tmp_path / "slurm")
+    proc = snakemake(remote, *SLURM_FLAGS, *TARGETS, env=cluster.env)
+    done, stop = {}, threading.Event()
+    watcher = threading.Thread(
+        target=cancel_first_running, args=(cluster, "extract_hidden", done, stop)
+    )
+    watcher.start()
+    try:
+        out = finish(proc)
+    finally:
+        stop.set()
+        watcher.join()
+    assert proc.returncode == 0, out[-5000:]
+    assert "cancelled" in done, "no extract_hidden job was seen running"
+    assert "CANCELLED" in out and "Trying to restart job" in out, out[-5000:]
+    # every job went through SLURM, and the fits of both source layers in one group submission
+    submitted = [line for line in out.splitlines() if "has been submitted with SLURM" in line]
+    assert sum("slurm_logs/rule_extract_hidden/" in line for line in submitted) == 3  # 1 retry
+    assert sum("slurm_logs/group_fits_fit_mat/" in line for line in submitted) == 1
+    assert not any("slurm_logs/rule_fit_mat/" in line for line in submitted)
+    same_outputs(local, remote)
+
+
+def test_a_job_that_always_fails_stops_the_run_naming_its_rule(cluster, project, tmp_path):
+    workdir = copy_project(project, tmp_path / "failing")
+    broken = workdir / "broken-model"
+    shutil.copytree(project / "tiny-gpt2", broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # fails when loaded
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["models"] = {"broken": {"source": str(broken)}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(workdir, *SLURM_FLAGS, "--retries", "1", "all", env=cluster.env)
+    out = finish(proc)
+    assert proc.returncode != 0
+    assert "Error in rule resolve_model" in out, out[-4000:]
+    assert out.count("rule resolve_model") >= 2  # tried twice (retries 1) before giving up
+    assert not (workdir / "results/models/broken").exists()
