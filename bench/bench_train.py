@@ -56,7 +56,8 @@ def main() -> None:
     final = read_aligned(args.states, last, ids, np.float32)
     n, width = final.shape
     print(f"{n} training rows, width {width}, device {device}, {args.threads} CPU threads")
-    print(f"job start (python + torch + jtc + one layer's states): {job_start_seconds(args.states):.2f} s")
+    start = job_start_seconds(args.states)
+    print(f"job start (python + torch + jtc + one layer's states): {start:.2f} s")
 
     for method in ("njtc", "nnjtc"):
         settings = TrainSettings.from_config(METHODS[method].defaults)
@@ -95,7 +96,8 @@ def main() -> None:
             f"KL {result.holdout_loss[0]:.2f} -> {min(result.holdout_loss):.2f}"
         )
         if peak:
-            line += f", {flop / result.seconds / 1e9:.0f} GFLOP/s = {flop / 1e9 / peak / result.seconds:.0%} of {peak:.0f} peak"
+            rate = flop / result.seconds / 1e9
+            line += f", {rate:.0f} GFLOP/s = {rate / peak:.0%} of the {peak:.0f} GFLOP/s peak"
         print(line)
 
 

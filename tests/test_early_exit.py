@@ -69,7 +69,7 @@ def test_sweep_equals_running_the_model_and_stopping(validation, method):  # noq
     assert np.array_equal(prepared.sentence_ids, ids)
 
     def to_last(layer, state):
-        return _to_last_layer(method, files, layer, state, LAYERS).astype(np.float32)
+        return _to_last_layer(files, layer, state, LAYERS).astype(np.float32)
 
     for j in range(len(lambdas)):
         for i, (inp, pos) in enumerate(zip(prepared.inputs, prepared.positions, strict=True)):
