@@ -284,8 +284,10 @@ def train_tuned_lens(
     for param in [*(head.transform.parameters() if head.transform else []), head.weight]:
         param.requires_grad_(False)
     reference = final_reference(head, final_states, 1)
-    # inference-mode tensors cannot take part in autograd: plain copies
-    reference = Reference(**{f.name: getattr(reference, f.name).clone() for f in fields(Reference)})
+    # inference-mode tensors cannot take part in autograd: plain copies, on the head's device
+    reference = Reference(
+        **{f.name: getattr(reference, f.name).to(head.device).clone() for f in fields(Reference)}
+    )
     generator = torch.Generator().manual_seed(seed)
     module = AffineTranslator(x.shape[1]).to(head.device)
     xs = _as_tensor(x, head.device)
