@@ -126,27 +126,39 @@ def same_outputs(a: Path, b: Path) -> None:
         assert sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x), name
 
 
-def cancel_first_running(slurm: LocalSlurm, rule: str, done: dict, stop: threading.Event):
-    """Cancel the first job of `rule` seen running, once."""
+def cancel_first_running(slurm: LocalSlurm, prefix: str, done: dict, stop: threading.Event):
+    """Cancel the first job whose rule and wildcards begin with `prefix` seen running, once."""
     while not stop.is_set():
         for job in slurm.jobs():
-            if job["state"] == "RUNNING" and job["comment"].startswith(f"rule_{rule}"):
+            if job["state"] == "RUNNING" and job["comment"].startswith(f"rule_{prefix}"):
                 slurm.cancel(job["id"])
                 done["cancelled"] = job
                 return
         time.sleep(0.2)
 
 
-def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(cluster, project, tmp_path):
-    local = copy_project(project, tmp_path / "local")
+@pytest.fixture(scope="module")
+def runs(cluster, project, tmp_path_factory):
+    """The same config run locally and on SLURM. The SLURM run also has a model whose weights
+    are damaged (its resolve_model job fails on every attempt), and its first running
+    extract_hidden job is cancelled with scancel: the profile's retries must carry it through."""
+    root = tmp_path_factory.mktemp("runs")
+    local = copy_project(project, root / "local")
     out = finish(snakemake(local, "--cores", "2", *TARGETS))
     assert all((local / t).exists() for t in TARGETS), out[-3000:]
 
-    remote = copy_project(project, tmp_path / "slurm")
-    proc = snakemake(remote, *SLURM_FLAGS, *TARGETS, env=cluster.env)
+    remote = copy_project(project, root / "slurm")
+    broken = remote / "broken-model"
+    shutil.copytree(project / "tiny-gpt2", broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # fails when loaded
+    config = yaml.safe_load((remote / "config.yaml").read_text())
+    config["models"]["broken"] = {"source": str(broken)}
+    (remote / "config.yaml").write_text(yaml.safe_dump(config))
+    targets = [*TARGETS, "results/metrics/broken/mini/r2.parquet"]
+    proc = snakemake(remote, *SLURM_FLAGS, *targets, env=cluster.env)
     done, stop = {}, threading.Event()
     watcher = threading.Thread(
-        target=cancel_first_running, args=(cluster, "extract_hidden", done, stop)
+        target=cancel_first_running, args=(cluster, "extract_hidden_wildcards_gpt", done, stop)
     )
     watcher.start()
     try:
@@ -154,28 +166,32 @@ def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(cluster, proj
     finally:
         stop.set()
         watcher.join()
-    assert proc.returncode == 0, out[-5000:]
-    assert "cancelled" in done, "no extract_hidden job was seen running"
+    return {"local": local, "slurm": remote, "out": out, "rc": proc.returncode, **done}
+
+
+def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
+    out = runs["out"]
+    assert "cancelled" in runs, "no extract_hidden job was seen running"
     assert "CANCELLED" in out and "Trying to restart job" in out, out[-5000:]
     # every job went through SLURM, and the fits of both source layers in one group submission
     submitted = [line for line in out.splitlines() if "has been submitted with SLURM" in line]
-    assert sum("slurm_logs/rule_extract_hidden/" in line for line in submitted) == 3  # 1 retry
+    assert sum("slurm_logs/rule_extract_hidden/gpt_" in line for line in submitted) == 3
     assert sum("slurm_logs/group_fits_fit_mat/" in line for line in submitted) == 1
     assert not any("slurm_logs/rule_fit_mat/" in line for line in submitted)
-    same_outputs(local, remote)
+    same_outputs(runs["local"], runs["slurm"])
 
 
-def test_a_job_that_always_fails_stops_the_run_naming_its_rule(cluster, project, tmp_path):
-    workdir = copy_project(project, tmp_path / "failing")
-    broken = workdir / "broken-model"
-    shutil.copytree(project / "tiny-gpt2", broken)
-    (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # fails when loaded
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
-    config["models"] = {"broken": {"source": str(broken)}}
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake(workdir, *SLURM_FLAGS, "--retries", "1", "all", env=cluster.env)
-    out = finish(proc)
-    assert proc.returncode != 0
-    assert "Error in rule resolve_model" in out, out[-4000:]
-    assert out.count("rule resolve_model") >= 2  # tried twice (retries 1) before giving up
-    assert not (workdir / "results/models/broken").exists()
+def test_a_job_that_always_fails_stops_the_run_naming_its_rule(runs):
+    out = runs["out"]
+    assert runs["rc"] != 0
+    assert "Error in rule resolve_model" in out and "wildcards: model=broken" in out, out[-4000:]
+    # tried three times (the profile's retries: 2), then given up, the other jobs finished
+    assert (
+        sum(
+            "slurm_logs/rule_resolve_model/broken/" in line
+            for line in out.splitlines()
+            if "has been submitted with SLURM" in line
+        )
+        == 3
+    )
+    assert not (runs["slurm"] / "results/models/broken").exists()
