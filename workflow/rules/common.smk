@@ -39,7 +39,8 @@ PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
 
 
 def _alternatives(names):
-    return "|".join(re.escape(n) for n in names)
+    """A regex matching exactly these names; one that matches nothing for no names."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
 wildcard_constraints:
