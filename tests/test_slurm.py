@@ -16,7 +16,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 from slurm_cluster import ForeignConfig, LocalSlurm, missing_binaries
-from tiny import WORDS, save_model
+from tiny import save_model, write_sentences
 
 ROOT = Path(__file__).parents[1]
 pytestmark = pytest.mark.workflow
@@ -60,10 +60,7 @@ def project(tmp_path_factory):
     """A tiny model, a small text corpus and a config using them."""
     folder = tmp_path_factory.mktemp("slurm-project")
     save_model("gpt2", folder / "tiny-gpt2", layers=2, width=16)
-    rng = np.random.default_rng(1)
-    words = [rng.choice(WORDS, size=rng.integers(5, 14)) for _ in range(150)]
-    lines = [" ".join(w).capitalize() + "." for w in words]
-    (folder / "text.txt").write_text("\n".join(lines) + "\n")
+    write_sentences(folder / "text.txt", 150, seed=1)
     config = {
         "sizes": {"train": 40, "validation": 16},
         "validation_fraction": 0.3,

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from tiny import WORDS, save_model
+from tiny import save_model, write_sentences
 
 ROOT = Path(__file__).parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -68,11 +68,7 @@ def workdir(tmp_path_factory):
     work = tmp_path_factory.mktemp("wf")
     save_model("gpt2", work / "tiny-gpt2", layers=2, width=16)
     save_model("bert-mlm", work / "tiny-bert", layers=2, width=16)
-    rng = np.random.default_rng(0)
-    lines = [
-        " ".join(rng.choice(WORDS, size=rng.integers(5, 14))).capitalize() + "." for _ in range(200)
-    ]
-    (work / "text.txt").write_text("\n".join(lines) + "\n")
+    write_sentences(work / "text.txt", 200)
     write_config(work)
     return work
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
@@ -106,3 +107,11 @@ def save_model(kind: str, folder: Path, **kwargs) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_sentences(path: Path, count: int, seed: int = 0) -> Path:
+    """A small text corpus, one sentence of 5 to 13 words a line."""
+    rng = np.random.default_rng(seed)
+    words = [rng.choice(WORDS, size=rng.integers(5, 14)) for _ in range(count)]
+    path.write_text("\n".join(" ".join(w).capitalize() + "." for w in words) + "\n")
+    return path
