@@ -140,16 +140,24 @@ class LocalSlurm:
             time.sleep(0.3)
         raise RuntimeError(f"SLURM did not come up in {timeout} s; see the logs in {r}/log")
 
-    def jobs(self) -> list[dict[str, str]]:
-        """Jobs of every state: id, state, comment (the plugin writes the rule there)."""
+    def _squeue(self, *fields: str) -> list[list[str]]:
         out = subprocess.run(
-            ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k"],
+            ["squeue", "--states=all", "--noheader", *fields],
             capture_output=True,
             text=True,
             env=self.env,
         ).stdout
-        rows = [line.split("|", 2) for line in out.splitlines() if line.strip()]
-        return [{"id": i, "state": s, "comment": c} for i, s, c in rows]
+        return [[f.strip() for f in line.split("|")] for line in out.splitlines() if line.strip()]
+
+    def jobs(self) -> list[dict[str, str]]:
+        """Jobs of every state: id, state, partition, the GPUs asked for (tres-per-job) and
+        comment (the plugin writes the rule and wildcards there)."""
+        gpus = {row[0]: row[1] for row in self._squeue("--Format=JobID:|,tres-per-job:|")}
+        rows = self._squeue("--format=%i|%T|%P|%k")
+        return [
+            {"id": i, "state": s, "partition": p, "gpus": gpus.get(i, ""), "comment": c}
+            for i, s, p, c in rows
+        ]
 
     def cancel(self, job_id: str) -> None:
         subprocess.run(["scancel", job_id], check=True, env=self.env)

@@ -163,7 +163,15 @@ def runs(cluster, project, tmp_path_factory):
     finally:
         stop.set()
         watcher.join()
-    return {"local": local, "slurm": remote, "out": out, "rc": proc.returncode, **done}
+    jobs = cluster.jobs()
+    return {
+        "local": local,
+        "slurm": remote,
+        "out": out,
+        "rc": proc.returncode,
+        "jobs": jobs,
+        **done,
+    }
 
 
 def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
@@ -175,6 +183,11 @@ def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
     assert sum("slurm_logs/rule_extract_hidden/gpt_" in line for line in submitted) == 3
     assert sum("slurm_logs/group_fits_fit_mat/" in line for line in submitted) == 1
     assert not any("slurm_logs/rule_fit_mat/" in line for line in submitted)
+    # the profile's GPU requests reach SLURM: a GPU in the gpu partition for the GPU rules only
+    for job in runs["jobs"]:
+        gpu_rules = ("rule_extract_hidden", "rule_decode_predictions", "rule_train_map")
+        gpu_rule = job["comment"].startswith(gpu_rules)
+        assert (job["partition"] == "gpu" and "gpu:1" in job["gpus"]) == gpu_rule, runs["jobs"]
     same_outputs(runs["local"], runs["slurm"])
 
 
