@@ -34,6 +34,16 @@ def missing_binaries() -> list[str]:
     return [name for name in DAEMONS + CLIENTS if not found(name)]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\tZ" in status.read_text())
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -162,14 +172,24 @@ class LocalSlurm:
     def cancel(self, job_id: str) -> None:
         subprocess.run(["scancel", job_id], check=True, env=self.env)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10.0) -> None:
+        """Cancel what is left, then stop the daemons by their PID files (SIGTERM, then
+        SIGKILL after `grace` seconds), and remove our configuration."""
         subprocess.run(["scancel", "--user=root"], capture_output=True, env=self.env)
+        pids = []
         for name in ("slurmd", "slurmctld", "munged"):
-            pid_file = self.root / f"{name}.pid"
             try:
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+                pid = int((self.root / f"{name}.pid").read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
             except (OSError, ValueError):
                 pass
+        deadline = time.monotonic() + grace
+        for pid in pids:
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
         for path in (self.conf, self.gres):
             if path.exists() and MARKER in path.read_text():
                 path.unlink()
