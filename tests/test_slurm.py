@@ -76,7 +76,7 @@ def project(tmp_path_factory):
     return folder
 
 
-def snakemake(workdir, *args, env=None, timeout=240):
+def snakemake(workdir, *args, env=None):
     cmd = [
         sys.executable,
         "-m",

@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from safetensors import safe_open
 
 from .io import atomic_dir, read_json, read_table
-from .maps import ShortcutMap, load_map
+from .maps import ShortcutMap, load_map, read_metadata
 
 EXPORT_FORMAT = "jtc-shortcuts-v1"
 LENS_COLUMNS = {
@@ -165,9 +164,8 @@ class Shortcuts:
 
         statistics: dict[str, Any] = {}
         if self.files:
-            with safe_open(str(self.files[0]), framework="numpy") as handle:
-                meta = handle.metadata() or {}
-            statistics = {k: _metadata_value(meta[k]) for k in ("n_train", "solver") if k in meta}
+            meta = read_metadata(self.files[0])
+            statistics = {k: meta[k] for k in ("n_train", "solver") if k in meta}
         if results is not None:
             r2_path = (
                 Path(results)
@@ -202,14 +200,6 @@ class Shortcuts:
                 json.dumps(description, indent=2, sort_keys=True) + "\n"
             )
         return folder
-
-
-def _metadata_value(text: str) -> Any:
-    """safetensors metadata holds strings; numbers were stored as JSON."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 class Lens:

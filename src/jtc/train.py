@@ -176,8 +176,9 @@ def train_module(
     over those rows. A seeded share of the rows is held out for early stopping."""
     start = time.perf_counter()
     order = torch.randperm(n, generator=generator)
-    n_hold = min(n - 2, max(1, round(n * settings.holdout_fraction)))
-    n_hold = n_hold if settings.holdout_fraction > 0 else 0
+    n_hold = 0
+    if settings.holdout_fraction > 0:  # at least one row held out, at least two trained on
+        n_hold = min(n - 2, max(1, round(n * settings.holdout_fraction)))
     if n - n_hold < 2:
         raise ValueError(f"{n} training rows are too few to train on (need at least 2)")
     holdout, train_rows = order[:n_hold], order[n_hold:]
@@ -199,8 +200,10 @@ def train_module(
             )
         return total / n_hold
 
-    best = held_out_loss() if n_hold else math.inf
-    result.holdout_loss.append(best) if n_hold else None
+    best = math.inf
+    if n_hold:
+        best = held_out_loss()
+        result.holdout_loss.append(best)
     best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     waited = 0
     for epoch in range(1, settings.max_epochs + 1):

@@ -70,8 +70,12 @@ def _shape(wildcards, split):
 
 
 def _epochs(wildcards):
-    method = getattr(wildcards, "method", None)
-    return config.get("training", {}).get(method, {}).get("max_epochs", 1)
+    """Epochs of a trained method's job (training.<method> is always filled in); else 1."""
+    return (
+        config["training"]
+        .get(getattr(wildcards, "method", None), {})
+        .get("max_epochs", 1)
+    )
 
 
 def mem_mb(stage, split="train"):
