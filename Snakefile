@@ -23,6 +23,7 @@ include: "workflow/rules/fit.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/prediction.smk"
 include: "workflow/rules/early_exit.smk"
+include: "workflow/rules/submodules.smk"
 
 
 rule all:

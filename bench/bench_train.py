@@ -44,13 +44,13 @@ def job_start_seconds(train_dir: str) -> float:
 def real_data(args, device):
     """{source: states}, final states and the cached SmolLM2 head."""
     from jtc.io import read_aligned, read_json, read_states
-    from jtc.pipeline import _load_head
+    from jtc.pipeline import load_head
 
     last = read_json(Path(args.states) / "info.json")["num_layers"]
     ids, _ = read_states(args.states, 0)
     sources = {s: read_aligned(args.states, s, ids, np.float32) for s in args.sources}
     final = read_aligned(args.states, last, ids, np.float32)
-    head, _, _ = _load_head(args.model, "smollm2", args.threads)
+    head, _, _ = load_head(args.model, "smollm2", args.threads)
     head.weight = head.weight.to(device)
     head.bias = None if head.bias is None else head.bias.to(device)
     head.transform = None if head.transform is None else head.transform.to(device)

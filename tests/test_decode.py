@@ -115,3 +115,20 @@ def test_chunking_does_not_change_scores(monkeypatch):
     ids, probs = top_tokens(head, states, 5)
     assert ids.shape == (41, 5) and (np.diff(probs, axis=1) <= 0).all()
     assert np.array_equal(ids[:, 0], whole["top1_id"])
+
+
+def test_an_overflowed_state_predicts_nothing():
+    """A state that overflowed (a run with parts replaced can) is a miss with undefined
+    surprisal, not whatever token argmax picks among NaN logits."""
+    model, _ = make_model("gpt2")
+    head = head_of(model)
+    rng = np.random.default_rng(0)
+    final = rng.normal(size=(4, 32)).astype(np.float32)
+    states = final.copy()
+    states[1] = np.inf
+    states[2, 0] = np.nan
+    got = score(head, final_reference(head, final, 5), states, np.array([3, 4, 5, 6]))
+    assert got["top1_id"].tolist()[1:3] == [-1, -1] and got["top1_id"][0] >= 0
+    assert got["final_rank"].tolist() == [1, 0, 0, 1]
+    for column in ("surprisal", "kl", "cross_entropy", "top1_prob"):
+        assert np.isnan(got[column][1:3]).all() and np.isfinite(got[column][[0, 3]]).all()

@@ -24,7 +24,16 @@ TARGETS = [
     "results/metrics/gpt/mini/r2.parquet",
     "results/metrics/gpt/mini/prediction.parquet",
     "results/metrics/gpt/mini/parameters.parquet",
+    "results/metrics/gpt/mini/submodules.parquet",
 ]
+GPU_RULES = (
+    "extract_hidden",
+    "decode_predictions",
+    "train_map",
+    "record_parts",
+    "prefix_states",
+    "replace_parts",
+)
 # executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
 SLURM_FLAGS = [
     "--workflow-profile",
@@ -71,6 +80,7 @@ def project(tmp_path_factory):
         "training": {"njtc": {"max_epochs": 3, "batch_size": 8}},
         "corpora": {"mini": {"source": "text_file", "path": str(folder / "text.txt")}},
         "models": {"gpt": {"source": str(folder / "tiny-gpt2")}},
+        "submodules": {"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     return folder
@@ -185,7 +195,7 @@ def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
     assert not any("slurm_logs/rule_fit_mat/" in line for line in submitted)
     # the profile's GPU requests reach SLURM: a GPU in the gpu partition for the GPU rules only
     for job in runs["jobs"]:
-        gpu_rules = ("rule_extract_hidden", "rule_decode_predictions", "rule_train_map")
+        gpu_rules = tuple(f"rule_{r}" for r in GPU_RULES)
         gpu_rule = job["comment"].startswith(gpu_rules)
         assert (job["partition"] == "gpu" and "gpu:1" in job["gpus"]) == gpu_rule, runs["jobs"]
     same_outputs(runs["local"], runs["slurm"])

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,6 +254,65 @@ def test_trained_methods_reach_every_table_and_rerun_alone(workdir, tmp_path):
     assert all(np.array_equal(again[k], first[k]) for k in first)
 
 
+def test_submodule_shortcuts_run_and_rerun_alone(workdir, tmp_path):
+    """Part maps, their r², every (variant, jump) run and the figure; enabling it reruns
+    nothing else, and a new jump layer runs only that layer's jobs."""
+    run_snakemake(workdir, "all")
+    for name in ("tiny-gpt2", "text.txt"):
+        os.symlink(workdir / name, tmp_path / name)
+    for name in ("results", ".snakemake"):  # the finished run, and its record of how it ran
+        shutil.copytree(workdir / name, tmp_path / name, symlinks=True)
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["submodules"] = {"models": ["gpt"], "sentences": 10}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    assert ran == {
+        "record_parts": 2,
+        "fit_parts": 1,
+        "part_r2_table": 1,
+        "plot_part_r2": 1,
+        "prefix_states": 2,  # jump layers 0 and 1: once each, shared by the 3 variants
+        "replace_parts": 3 * 2,
+        "submodule_table": 1,
+        "plot_submodules": 1,
+        "all": 1,
+    }
+    metrics = tmp_path / "results/metrics/gpt/mini"
+    r2 = pq.read_table(metrics / "parts_r2.parquet").to_pylist()
+    assert {(r["block"], r["part"]) for r in r2} == {
+        (b, p) for b in (1, 2) for p in ("attn_norm", "attn", "ffn_norm", "ffn")
+    }
+    assert {r["module"] for r in r2} == {"ln_1", "attn", "ln_2", "mlp"}
+    table = pq.read_table(metrics / "submodules.parquet").to_pylist()
+    p1 = {(r["method"], r["layer"]): r for r in table if r["metric"] == "precision@1"}
+    assert {m for m, _ in p1} == {"id", "mat", "mat_attn", "mat_ffn", "mat_ln"}
+    assert {layer for m, layer in p1 if m.startswith("mat_")} == {0, 1}
+    assert all(r["n"] == 10 for r in p1.values())
+    assert p1[("id", 2)]["mean"] == 1.0  # the final layer is the model's own prediction
+    assert (tmp_path / "results/figures/gpt/mini/submodules.png").stat().st_size
+    assert not list((tmp_path / "results/submodules/gpt/mini/prefix").glob("*.parquet"))
+
+    config["submodules"]["jump_layers"] = [0, 1, 2]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    assert ran == {
+        "prefix_states": 1,
+        "replace_parts": 3,
+        "submodule_table": 1,
+        "plot_submodules": 1,
+        "all": 1,
+    }
+    table = pq.read_table(metrics / "submodules.parquet").to_pylist()
+    at_last = [r for r in table if r["layer"] == 2 and r["metric"] == "precision@1"]
+    assert {r["method"]: r["mean"] for r in at_last} == dict.fromkeys(
+        ("id", "mat", "mat_attn", "mat_ffn", "mat_ln"), 1.0
+    )
+    surprisal = {
+        r["method"]: r["mean"] for r in table if r["layer"] == 2 and r["metric"] == "surprisal"
+    }
+    assert surprisal["mat_attn"] == surprisal["mat_ffn"] == surprisal["id"]
+
+
 def test_same_config_gives_identical_tables(workdir, tmp_path):
     run_snakemake(workdir, "all")
     reference = workdir / "results/metrics/bert/mini/r2.parquet"
@@ -289,6 +349,9 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
         ({"methods": ["id", "lowrank"]}, "config key 'methods.1'"),
         ({"training": {"tuned_lens": {"rank": 4}}}, "'rank' was unexpected"),
         ({"models": {"x": {"source": "/nonexistent/model", "predict": 1}}}, "models.x.predict"),
+        ({"submodules": {"models": ["gpt2"]}}, "'submodules.models': ['gpt2'] not in 'models'"),
+        ({"submodules": {"models": ["gpt"], "jump_layers": [3]}}, "layers [3] are outside 0..2"),
+        ({"submodules": {"variants": ["mat_all"]}}, "config key 'submodules.variants.0'"),
     ],
 )
 def test_bad_configs_fail_before_any_job(workdir, tmp_path, change, message):

@@ -75,6 +75,31 @@ def layer_problem(model: str, num_layers: int, config: dict[str, Any]) -> str | 
     return None
 
 
+def submodule_problem(config: dict[str, Any]) -> str | None:
+    """Sub-module shortcuts asked of a model or corpus that is not configured, or of a model
+    that cannot be scored (no prediction)."""
+    section = config["submodules"]
+    for kind in ("models", "corpora"):
+        unknown = [x for x in section[kind] if x not in config[kind]]
+        if unknown:
+            return (
+                f"config key 'submodules.{kind}': {unknown} not in '{kind}' "
+                f"({', '.join(config[kind])})"
+            )
+    silent = [m for m in section["models"] if not config["models"][m]["predict"]]
+    if silent:
+        return (
+            f"config key 'submodules.models': {silent} have predict false; replaced runs are "
+            "scored through the model's decoder head"
+        )
+    if section["sentences"] and section["sentences"] > config["sizes"]["validation"]:
+        return (
+            f"config key 'submodules.sentences': {section['sentences']} is more than the "
+            f"{config['sizes']['validation']} validation sentences (sizes.validation)"
+        )
+    return None
+
+
 def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
@@ -107,6 +132,9 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     checked["training"] = {
         name: training_settings(checked, name) for name, m in METHODS.items() if m.trained
     }
+    problem = submodule_problem(checked)
+    if problem:
+        raise ConfigError(problem)
     for name, corpus in checked["corpora"].items():
         if corpus["source"] != "leipzig" and ("url" in corpus or "sha256" in corpus):
             raise ConfigError(

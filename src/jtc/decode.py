@@ -19,7 +19,7 @@ from .adapters import Adapter, missing_head_message
 
 DECODE_BYTES = 64 << 20  # float32 logits held at once
 SCORE_COLUMNS = (
-    "top1_id",  # the shortcut's top-1 token
+    "top1_id",  # the shortcut's top-1 token; -1 where the state overflowed (inf or NaN)
     "top1_prob",  # its probability under the shortcut's distribution
     "top2_prob",  # the runner-up's probability (confidence = top1_prob - top2_prob)
     "final_rank",  # rank of top1_id in the final prediction (1-based), 0 if beyond max k
@@ -130,6 +130,9 @@ def score(
 
     `states` are already mapped to the last layer; `gold_ids` is -1 where there is no gold token.
     Chunks are the same as final_reference's, so states equal to h_L give bit-identical logits.
+    A state whose logits are not finite (a run that overflowed) predicts nothing: top1_id -1, a
+    miss at every k (final_rank 0), and NaN for the probabilities, surprisal, KL and
+    cross-entropy, which are then averaged over the other positions.
     """
     n = len(states)
     out = {
@@ -140,6 +143,7 @@ def score(
     for rows in _chunks(n, head.rows_per_chunk()):
         feats = head.features(_rows(states, rows))
         logits = head.unembed(feats)
+        finite = torch.isfinite(logits).all(1)
         top_vals, top_ids = torch.topk(logits, 2, dim=1)
         gold = gold_all[rows].to(head.device)
         has_gold = gold >= 0
@@ -163,6 +167,12 @@ def score(
             "cross_entropy": torch.where(has_gold, log_norm - gold_logit, torch.nan),
         }
         for column, value in values.items():
+            if column == "top1_id":
+                value = torch.where(finite, value, -1)
+            elif column == "final_rank":
+                value = torch.where(finite, value, 0)
+            else:
+                value = torch.where(finite, value, torch.nan)
             out[column][rows] = value.cpu().numpy()
     return out
 

@@ -9,6 +9,7 @@ drawn token replaced by the mask token.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,14 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .adapters import Adapter, get_adapter
-from .io import StateWriter, layer_file, write_json, write_table
+from .adapters import Adapter, Part, get_adapter, part_adapter
+from .io import StateWriter, layer_file, part_file, write_json, write_table
 
 log = logging.getLogger(__name__)
 
-CHUNK_SENTENCES = 2048  # sentences whose states are held in memory at once
+CHUNK_SENTENCES = 2048  # sentences whose states are held in memory at once (at most)
+CHUNK_BYTES = 1 << 30  # and at most this much float32 state, all sites together
+SIDES = ("in", "out")  # a part's recorded input and output
 STATE_BUFFER_BYTES = 512 << 20  # states buffered for writing, all layers together
 ROW_GROUP_BYTES = 64 << 20  # largest Parquet row group
 
@@ -102,40 +105,102 @@ def prepare_inputs(
     )
 
 
-class StateRecorder:
-    """Forward hooks that keep, for each sequence of the batch, the state at one position:
-    the input of block 0 (h_0) and the output of every block (h_1..h_L)."""
+def hidden_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The hidden-states argument of a module call (first positional, or by keyword)."""
+    return args[0] if args else kwargs["hidden_states"]
 
-    def __init__(self, blocks: nn.ModuleList):
-        self.blocks = blocks
+
+def hidden_output(output) -> torch.Tensor:
+    """The hidden states a module returned (alone, or first of a tuple)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+class Recorder:
+    """Forward hooks that keep, for each sequence of the batch, the value of some sites at one
+    position (`index`: batch rows and their positions)."""
+
+    def __init__(self, n_sites: int):
         self.index: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.states: list[torch.Tensor | None] = [None] * (len(blocks) + 1)
-        self.handles = [blocks[0].register_forward_pre_hook(self._pre_hook, with_kwargs=True)]
-        for layer, block in enumerate(blocks, 1):
-            self.handles.append(block.register_forward_hook(self._make_hook(layer)))
+        self.states: list[torch.Tensor | None] = [None] * n_sites
+        self.handles: list = []
 
     def _take(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.index is not None
         return hidden[self.index].detach().float()
 
-    def _pre_hook(self, module, args, kwargs):
-        hidden = args[0] if args else kwargs["hidden_states"]
-        self.states[0] = self._take(hidden)
-
-    def _make_hook(self, layer: int):
-        def hook(module, args, output):
-            hidden = output[0] if isinstance(output, tuple) else output
-            self.states[layer] = self._take(hidden)
+    def input_hook(self, site: int):
+        def hook(module, args, kwargs):
+            self.states[site] = self._take(hidden_input(args, kwargs))
 
         return hook
+
+    def output_hook(self, site: int):
+        def hook(module, args, output):
+            self.states[site] = self._take(hidden_output(output))
+
+        return hook
+
+    def watch_input(self, module: nn.Module, site: int) -> None:
+        self.handles.append(
+            module.register_forward_pre_hook(self.input_hook(site), with_kwargs=True)
+        )
+
+    def watch_output(self, module: nn.Module, site: int) -> None:
+        self.handles.append(module.register_forward_hook(self.output_hook(site)))
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
 
 
+class StateRecorder(Recorder):
+    """The input of block 0 (h_0) and the output of every block (h_1..h_L)."""
+
+    def __init__(self, blocks: nn.ModuleList):
+        super().__init__(len(blocks) + 1)
+        self.watch_input(blocks[0], 0)
+        for layer, block in enumerate(blocks, 1):
+            self.watch_output(block, layer)
+
+
+def part_sites(num_blocks: int, parts: Sequence[Part]) -> list[tuple[int, str, str]]:
+    """(block 1..L, part name, "in" | "out") of every recorded part site, in file order."""
+    return [(b, p.name, side) for b in range(1, num_blocks + 1) for p in parts for side in SIDES]
+
+
+class PartRecorder(Recorder):
+    """The input and output of every part of every block (sites in part_sites order)."""
+
+    def __init__(self, blocks: nn.ModuleList, parts: Sequence[Part]):
+        super().__init__(len(blocks) * len(parts) * len(SIDES))
+        site = 0
+        for block in blocks:
+            for part in parts:
+                first, last = part.modules(block)
+                self.watch_input(first, site)
+                self.watch_output(last, site + 1)
+                site += 2
+
+
 def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
+
+
+def padded_batches(
+    inputs: list[np.ndarray], batch_size: int, pad_id: int
+) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """(rows, token ids, attention mask) of batches of sequences of similar length, padded on
+    the right; rows index `inputs`."""
+    order = np.argsort([len(x) for x in inputs], kind="stable")
+    for start in range(0, len(inputs), batch_size):
+        rows = order[start : start + batch_size]
+        length = max(len(inputs[r]) for r in rows)
+        ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for j, r in enumerate(rows):
+            ids[j, : len(inputs[r])] = torch.from_numpy(inputs[r])
+            mask[j, : len(inputs[r])] = 1
+        yield rows, ids, mask
 
 
 def run_states(
@@ -146,37 +211,59 @@ def run_states(
     batch_size: int,
     pad_id: int,
     progress: tqdm | None = None,
+    recorder: Recorder | None = None,
+    before_batch: Callable[[np.ndarray], None] | None = None,
 ) -> np.ndarray:
-    """States (L+1, n, d) at `positions` for the token sequences `inputs`, batched by length."""
+    """States (sites, n, d) at `positions` for the token sequences `inputs`, batched by length.
+
+    The sites are the recorder's (default: h_0..h_L); `before_batch(rows)` is called before
+    each batch runs."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
+    recorder = recorder or StateRecorder(blocks)
     n, width = len(inputs), model.config.hidden_size
-    out = np.empty((len(blocks) + 1, n, width), dtype=np.float32)
-    order = np.argsort([len(x) for x in inputs], kind="stable")
-    recorder = StateRecorder(blocks)
+    out = np.empty((len(recorder.states), n, width), dtype=np.float32)
     device = _device(model)
     try:
         with torch.inference_mode():
-            for start in range(0, n, batch_size):
-                rows = order[start : start + batch_size]
-                length = max(len(inputs[r]) for r in rows)
-                ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(rows), length), dtype=torch.long)
-                for j, r in enumerate(rows):
-                    ids[j, : len(inputs[r])] = torch.from_numpy(inputs[r])
-                    mask[j, : len(inputs[r])] = 1
+            for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
                 recorder.index = (
                     torch.arange(len(rows), device=device),
                     torch.as_tensor(positions[rows], device=device, dtype=torch.long),
                 )
-                backbone(input_ids=ids.to(device), attention_mask=mask.to(device))
-                for layer, state in enumerate(recorder.states):
-                    out[layer, rows] = state.cpu().numpy()
+                if before_batch is not None:
+                    before_batch(rows)
+                backbone(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+                for site, state in enumerate(recorder.states):
+                    out[site, rows] = state.cpu().numpy()
                 if progress is not None:
                     progress.update(len(rows))
     finally:
         recorder.remove()
     return out
+
+
+def prepare_sentences(
+    tokenizer, info: dict, sentences: pa.Table, seed: int, max_tokens: int
+) -> tuple[Prepared, int]:
+    """The model inputs of a sentence table as extraction builds them, and the token limit."""
+    limit = min(max_tokens, info["max_positions"] or max_tokens)
+    prepared = prepare_inputs(
+        tokenizer,
+        sentences.column("text").to_pylist(),
+        sentences.column("sentence_id").to_numpy(),
+        get_adapter(info["architecture"]).task,
+        seed,
+        limit,
+        info.get("mask_token_id"),
+    )
+    if prepared.skipped:
+        log.warning("skipped %d sentences with no ordinary token", prepared.skipped)
+    return prepared, limit
+
+
+def pad_token_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def extract(
@@ -191,35 +278,31 @@ def extract(
     max_tokens: int,
     dtype: str,
     meta: dict | None = None,
+    parts: bool = False,
 ) -> dict:
-    """Write layer_000..layer_L Parquet files, positions.parquet and info.json into `out_dir`."""
-    adapter = get_adapter(info["architecture"])
-    limit = min(max_tokens, info["max_positions"] or max_tokens)
-    prepared = prepare_inputs(
-        tokenizer,
-        sentences.column("text").to_pylist(),
-        sentences.column("sentence_id").to_numpy(),
-        adapter.task,
-        seed,
-        limit,
-        info.get("mask_token_id"),
-    )
-    if prepared.skipped:
-        log.warning("skipped %d sentences with no ordinary token", prepared.skipped)
-    n_sites = info["num_layers"] + 1
+    """Write layer_000..layer_L Parquet files (or, with `parts`, the input and output of every
+    block part: block_001.attn.in.parquet, ...), positions.parquet and info.json into `out_dir`."""
+    prepared, limit = prepare_sentences(tokenizer, info, sentences, seed, max_tokens)
+    if parts:
+        adapter = part_adapter(info["architecture"])
+        sites = part_sites(info["num_layers"], adapter.parts)
+        files = [part_file(out_dir, *site) for site in sites]
+    else:
+        adapter = get_adapter(info["architecture"])
+        files = [layer_file(out_dir, layer) for layer in range(info["num_layers"] + 1)]
+    n_sites = len(files)
     width = info["hidden_size"]
     itemsize = 2 if dtype == "float16" else 4
     row_bytes = width * itemsize
     rows_per_group = max(256, min(ROW_GROUP_BYTES, STATE_BUFFER_BYTES // n_sites) // row_bytes)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    writers = [
-        StateWriter(layer_file(out_dir, layer), width, dtype, rows_per_group)
-        for layer in range(n_sites)
-    ]
+    chunk = max(1, min(CHUNK_SENTENCES, CHUNK_BYTES // (n_sites * width * 4)))
+    pad_id = pad_token_id(tokenizer)
+    writers = [StateWriter(path, width, dtype, rows_per_group) for path in files]
     n = len(prepared.inputs)
     with tqdm(total=n, desc="extract", unit="sent", mininterval=5.0) as progress:
-        for start in range(0, n, CHUNK_SENTENCES):
-            stop = min(n, start + CHUNK_SENTENCES)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            blocks = adapter.blocks(model)
             states = run_states(
                 model,
                 adapter,
@@ -228,10 +311,11 @@ def extract(
                 batch_size,
                 pad_id,
                 progress,
+                PartRecorder(blocks, adapter.parts) if parts else StateRecorder(blocks),
             )
-            for layer, writer in enumerate(writers):
+            for site, writer in enumerate(writers):
                 writer.write(
-                    prepared.sentence_ids[start:stop], prepared.positions[start:stop], states[layer]
+                    prepared.sentence_ids[start:stop], prepared.positions[start:stop], states[site]
                 )
     for writer in writers:
         writer.close()
@@ -256,6 +340,7 @@ def extract(
         "skipped": prepared.skipped,
         "tokens_run": int(sum(len(x) for x in prepared.inputs)),
         "storage_dtype": dtype,
+        **({"parts": {p.name: [p.input_path, p.output] for p in adapter.parts}} if parts else {}),
         "seed": seed,
         "max_tokens": limit,
     }

@@ -112,6 +112,7 @@ def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.
 # --- hidden states -------------------------------------------------------------------------
 
 STATE_DTYPES = {"float32": np.float32, "float16": np.float16}
+ROW_GROUP_BYTES_SEQUENCES = 64 << 20  # row groups of write_sequences' files
 
 
 def states_table(sentence_ids: np.ndarray, positions: np.ndarray, states: np.ndarray) -> pa.Table:
@@ -168,11 +169,14 @@ def layer_file(states_dir: str | os.PathLike, layer: int) -> Path:
     return Path(states_dir) / f"layer_{layer:03d}.parquet"
 
 
-def read_states(
-    states_dir: str | os.PathLike, layer: int, dtype: type = np.float64
-) -> tuple[np.ndarray, np.ndarray]:
-    """Read one layer's states as an (n, d) array, with the sentence ids in row order."""
-    path = layer_file(states_dir, layer)
+def part_file(states_dir: str | os.PathLike, block: int, part: str, side: str) -> Path:
+    """The recorded input (side "in") or output ("out") of one part of block 1..L."""
+    return Path(states_dir) / f"block_{block:03d}.{part}.{side}.parquet"
+
+
+def read_site(path: str | os.PathLike, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Read one site's file (a layer, a part's input or output) as an (n, d) array, with the
+    sentence ids in row order."""
     table = read_table(path, columns=["sentence_id", "state"])
     column = table.column("state").combine_chunks()
     if len(column) == 0:
@@ -185,13 +189,55 @@ def read_states(
     return ids, values.reshape(len(column), width).astype(dtype, copy=False)
 
 
+def read_site_aligned(
+    path: str | os.PathLike, expected_ids: np.ndarray, dtype: type = np.float64
+) -> np.ndarray:
+    """Read a site and check that its rows are the same sentences, in the same order."""
+    ids, states = read_site(path, dtype)
+    if not np.array_equal(ids, expected_ids):
+        raise CorruptFileError(f"{path}: rows do not match the other sites' sentences")
+    return states
+
+
+def read_states(
+    states_dir: str | os.PathLike, layer: int, dtype: type = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read one layer's states as an (n, d) array, with the sentence ids in row order."""
+    return read_site(layer_file(states_dir, layer), dtype)
+
+
 def read_aligned(
     states_dir: str | os.PathLike, layer: int, expected_ids: np.ndarray, dtype: type = np.float64
 ) -> np.ndarray:
     """Read a layer and check that its rows are the same sentences, in the same order."""
-    ids, states = read_states(states_dir, layer, dtype)
-    if not np.array_equal(ids, expected_ids):
-        raise CorruptFileError(
-            f"{layer_file(states_dir, layer)}: rows do not match the other layers' sentences"
-        )
-    return states
+    return read_site_aligned(layer_file(states_dir, layer), expected_ids, dtype)
+
+
+def write_sequences(
+    path: str | os.PathLike, sentence_ids: np.ndarray, sequences: list[np.ndarray], dtype: str
+) -> None:
+    """States at every position of each sentence: one row per (sentence, position), in order."""
+    width = sequences[0].shape[1]
+    rows_per_group = max(256, ROW_GROUP_BYTES_SEQUENCES // (width * 4))
+    with atomic_path(path) as tmp:
+        writer = StateWriter(tmp, width, dtype, rows_per_group)
+        for sentence, states in zip(sentence_ids, sequences, strict=True):
+            count = len(states)
+            writer.write(np.full(count, sentence), np.arange(count), states)
+        writer.close()
+
+
+def read_sequences(path: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(sentence ids, [(len, d) float32 states]) from write_sequences' file, checked to hold
+    positions 0, 1, ... of one sentence after another."""
+    table = read_table(path, columns=["sentence_id", "position"])
+    ids, states = read_site(path, np.float32)
+    positions = table.column("position").to_numpy()
+    starts = np.flatnonzero(positions == 0)
+    lengths = np.diff(np.append(starts, len(ids)))
+    expected = np.arange(len(ids)) - np.repeat(starts, lengths)
+    if len(starts) == 0 or starts[0] != 0 or not np.array_equal(positions, expected):
+        raise CorruptFileError(f"{path}: positions are not 0, 1, ... per sentence")
+    if not np.array_equal(ids, np.repeat(ids[starts], lengths)):
+        raise CorruptFileError(f"{path}: a sentence's positions are interleaved with another's")
+    return ids[starts], np.split(states, starts[1:])

@@ -184,3 +184,39 @@ def read_metadata(path: str | Path) -> dict[str, object]:
         except ValueError:
             decoded[key] = text
     return decoded
+
+
+# --- sub-module maps: one file per model and corpus, a full matrix per (block, part) --------
+
+PART_FORMAT = "jtc-part-maps-v1"
+
+
+def save_part_maps(
+    path: str | Path, weights: Mapping[tuple[int, str], np.ndarray], metadata: Mapping[str, object]
+) -> None:
+    """Store {(block 1..L, part name): weight (d_out, d_in)} as tensors `block_{b}.{part}`."""
+    tensors = {
+        f"block_{block}.{part}": np.ascontiguousarray(w, dtype=np.float32)
+        for (block, part), w in sorted(weights.items())
+    }
+    meta = {"format": PART_FORMAT, "convention": "part output = part input @ weight.T"}
+    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+
+
+def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
+    """{(block, part): map} from a file written by save_part_maps."""
+    maps: dict[tuple[int, str], ShortcutMap] = {}
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            if (handle.metadata() or {}).get("format") != PART_FORMAT:
+                raise CorruptFileError(f"{path}: not a sub-module map file ({PART_FORMAT})")
+            for name in handle.keys():
+                block, _, part = name.partition(".")
+                if not (block.startswith("block_") and block[6:].isdigit() and part):
+                    raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
+                maps[(int(block[6:]), part)] = ShortcutMap({"weight": handle.get_tensor(name)})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CorruptFileError(f"cannot read sub-module maps {path}: {exc}") from exc
+    return maps

@@ -68,16 +68,13 @@ def extract_hidden(
     max_tokens: int,
     dtype: str,
     threads: int,
+    parts: bool = False,
 ) -> None:
-    import torch
-
+    """The states h_0..h_L at one drawn position per sentence of a split (with `parts`: the
+    input and output of every block part there instead)."""
     from .extract import extract
-    from .models import load_cached
 
-    torch.set_num_threads(threads)
-    net, tokenizer, info = load_cached(model_dir)
-    if torch.cuda.is_available():
-        net = net.cuda()
+    net, tokenizer, info = load_model(model_dir, threads)
     table = corpus_lib.select_split(read_table(sentences), split, n, corpus)
     with atomic_dir(out) as tmp:
         extract(
@@ -91,6 +88,7 @@ def extract_hidden(
             max_tokens=max_tokens,
             dtype=dtype,
             meta={"model": model, "corpus": corpus, "split": split},
+            parts=parts,
         )
 
 
@@ -151,7 +149,7 @@ def train_map(
     if method == "tuned_lens":
         if model_dir is None:
             raise ValueError("the tuned lens is trained through the model's head: no model given")
-        head, _, _ = _load_head(model_dir, model, threads)
+        head, _, _ = load_head(model_dir, model, threads)
         for target in targets:  # the last layer: the final prediction is read from its states
             final = read_aligned(train_dir, target, ids, np.float32)
             seed_t = pair_seed(seed, method, source, target)
@@ -285,21 +283,29 @@ def _to_last_layer(files: list[str], source: int, states: np.ndarray, last: int)
     return load_map(files[source], last)(states)
 
 
-def _load_head(model_dir: str, model: str, threads: int):
+def load_model(model_dir: str, threads: int):
+    """(model, tokenizer, info) of a cached model, on the GPU when the job has one."""
     import torch
 
-    from .adapters import get_adapter
-    from .decode import Head
     from .models import load_cached
 
     torch.set_num_threads(threads)
     net, tokenizer, info = load_cached(model_dir)
     if torch.cuda.is_available():
         net = net.cuda()
+    return net, tokenizer, info
+
+
+def load_head(model_dir: str, model: str, threads: int):
+    """(decoder head, tokenizer, info) of a cached model."""
+    from .adapters import get_adapter
+    from .decode import Head
+
+    net, tokenizer, info = load_model(model_dir, threads)
     return Head.from_model(net, get_adapter(info["architecture"]), model), tokenizer, info
 
 
-def _validation_positions(val_dir: str) -> tuple[pa.Table, dict]:
+def validation_positions(val_dir: str) -> tuple[pa.Table, dict]:
     info = read_json(Path(val_dir) / "info.json")
     positions = read_table(Path(val_dir) / "positions.parquet")
     # the ids only: the states themselves are read (and checked row by row) by the callers
@@ -323,8 +329,8 @@ def decode_predictions(
     """Per-position scores (decode.SCORE_COLUMNS) of `method` at every layer, validation split."""
     from .decode import final_reference, score
 
-    head, _, _ = _load_head(model_dir, model, threads)
-    positions, info = _validation_positions(val_dir)
+    head, _, _ = load_head(model_dir, model, threads)
+    positions, info = validation_positions(val_dir)
     last = info["num_layers"]
     ids = positions.column("sentence_id").to_numpy()
     gold = positions.column("gold_id").to_numpy()
@@ -360,19 +366,25 @@ def prediction_table(
     level: float,
     seed: int,
 ) -> None:
-    from .prediction import prediction_summary
-
     scores = {method: read_table(path) for method, path in score_files.items()}
-    table = prediction_summary(
+    write_summary(
         scores,
+        out,
         model=model,
         corpus=corpus,
         top_k=top_k,
         resamples=resamples,
-        seed=seed,
         level=level,
+        seed=seed,
     )
-    write_table(table, out, csv=True)
+
+
+def write_summary(scores: dict[str, pa.Table], out: str, **settings) -> None:
+    """The tidy metrics table (jtc.prediction.prediction_summary) of per-position scores, by
+    method, and its CSV copy."""
+    from .prediction import prediction_summary
+
+    write_table(prediction_summary(scores, **settings), out, csv=True)
 
 
 def plot_prediction(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
@@ -399,8 +411,8 @@ def prediction_examples(
     from . import examples
     from .decode import top_tokens
 
-    head, tokenizer, model_info = _load_head(model_dir, model, threads)
-    positions, info = _validation_positions(val_dir)
+    head, tokenizer, model_info = load_head(model_dir, model, threads)
+    positions, info = validation_positions(val_dir)
     all_ids = positions.column("sentence_id").to_numpy()
     chosen = positions.slice(0, count)  # the validation split is in seeded random order
     ids = all_ids[:count]
@@ -468,7 +480,7 @@ def early_exit_tables(
     """The λ sweep and fixed exits of every method, and the layers saved at target accuracies."""
     from . import early_exit as ee
 
-    positions, info = _validation_positions(val_dir)
+    positions, info = validation_positions(val_dir)
     last = info["num_layers"]
     t = positions.column("position").to_numpy()
     rule = ee.ExitRule(tau, lambda_weight, decay_weight, min_layer)

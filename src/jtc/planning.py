@@ -9,7 +9,8 @@ from typing import Any
 
 from .config import ConfigError, check_config_file, layer_problem, validate_config
 from .corpus import size_problem
-from .sources import local_num_layers, planning_problem
+from .parts import jump_problem
+from .sources import local_num_layers, part_problem, planning_problem
 
 
 def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, Any]:
@@ -22,6 +23,9 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         problem = planning_problem(name, spec) or (
             spec["predict"] and layers and layer_problem(name, layers, checked)
         )
+        if not problem and name in checked["submodules"]["models"]:
+            jumps = checked["submodules"]["jump_layers"]
+            problem = part_problem(name, spec) or (layers and jump_problem(name, layers, jumps))
         if problem:
             raise ConfigError(problem)
     for name, spec in checked["corpora"].items():

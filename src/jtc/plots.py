@@ -1,4 +1,5 @@
-"""Figures: r² heatmaps (source layer × target layer) and prediction metrics by layer."""
+"""Figures: r² heatmaps (source layer × target layer; block × part) and prediction metrics by
+layer."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pyarrow.compute as pc  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from .adapters import PART_NAMES  # noqa: E402
 from .io import atomic_path  # noqa: E402
 
 
@@ -27,25 +29,55 @@ def r2_matrix(table: pa.Table, method: str) -> np.ndarray:
     return grid
 
 
-def r2_heatmap(table: pa.Table, method: str, title: str, png: str | Path, pdf: str | Path) -> None:
-    grid = r2_matrix(table, method)  # colours clip at -1; annotations show the true value
-    size = grid.shape[0]
-    fig, ax = plt.subplots(figsize=(2.5 + 0.22 * size, 2 + 0.2 * size))
+def _r2_cells(ax, grid: np.ndarray, annot: bool, **options) -> None:
+    """r² cells coloured from -1 to 1 (clipped; the annotations show the true value)."""
     sns.heatmap(
         grid,
         ax=ax,
         vmin=-1.0,
         vmax=1.0,
         cmap="viridis",
-        square=True,
-        annot=size <= 13,
+        annot=annot,
         fmt=".2f",
         annot_kws={"size": 7},
         cbar_kws={"label": "r²"},
         mask=np.isnan(grid),
+        **options,
     )
+
+
+def r2_heatmap(table: pa.Table, method: str, title: str, png: str | Path, pdf: str | Path) -> None:
+    grid = r2_matrix(table, method)  # colours clip at -1; annotations show the true value
+    size = grid.shape[0]
+    fig, ax = plt.subplots(figsize=(2.5 + 0.22 * size, 2 + 0.2 * size))
+    _r2_cells(ax, grid, annot=size <= 13, square=True)
     ax.set_xlabel("target layer l'")
     ax.set_ylabel("source layer l")
+    ax.set_title(title)
+    fig.tight_layout()
+    _save(fig, png, pdf)
+
+
+def part_r2_heatmap(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
+    """r² of the sub-module maps: one row per block, one column per part, in block order."""
+    rows = table.to_pylist()
+    parts = [p for p in PART_NAMES if any(r["part"] == p for r in rows)]
+    blocks = sorted({r["block"] for r in rows})
+    grid = np.full((len(blocks), len(parts)), np.nan)
+    for r in rows:
+        grid[blocks.index(r["block"]), parts.index(r["part"])] = r["r2"]
+    modules = {r["part"]: r["module"] for r in rows}
+    fig, ax = plt.subplots(figsize=(5.5, 1.5 + 0.22 * len(blocks)))
+    _r2_cells(
+        ax,
+        grid,
+        annot=True,
+        xticklabels=[f"{p}\n({modules[p].rsplit('.', 1)[-1]})" for p in parts],
+        yticklabels=blocks,
+    )
+    ax.set_xlabel("part")
+    ax.set_ylabel("block")
+    ax.tick_params(axis="x", labelsize=7)
     ax.set_title(title)
     fig.tight_layout()
     _save(fig, png, pdf)
@@ -62,11 +94,19 @@ METRIC_LABELS = {
     "surprisal": "Surprisal (nats)",
     "kl": "KL(final ‖ shortcut) (nats)",
     "cross_entropy": "cross-entropy to gold (nats)",
+    "diverged": "share of runs that overflowed",
 }
 
 
-def prediction_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
-    """One panel per metric: its mean against the layer read from, one line per method, with the
+def prediction_figure(
+    table: pa.Table,
+    title: str,
+    png: str | Path,
+    pdf: str | Path,
+    heading: str = "Prediction from layer l against the final layer",
+    xlabel: str = "layer l",
+) -> None:
+    """One panel per metric: its mean against the layer, one line per method, with the
     bootstrap interval as a band."""
     data = table.to_pydict()
     metrics = list(dict.fromkeys(data["metric"]))
@@ -99,16 +139,16 @@ def prediction_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
                 alpha=0.2,
                 linewidth=0,
             )
-        ax.set_xlabel("layer l")
+        ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(METRIC_LABELS.get(metric, metric.replace("precision", "Precision")))
-        if metric.startswith("precision"):
+        if metric.startswith("precision") or metric == "diverged":
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(title="method")
-    fig.suptitle(f"Prediction from layer l against the final layer — {title}")
+    fig.suptitle(f"{heading} — {title}")
     fig.tight_layout()
     _save(fig, png, pdf)
 

@@ -25,12 +25,17 @@ def metric_names(top_k: list[int]) -> list[str]:
     return [f"precision@{k}" for k in top_k] + ["surprisal", "kl", "cross_entropy"]
 
 
-def metric_values(scores: pa.Table, top_k: list[int]) -> dict[str, np.ndarray]:
-    """Per-position values of every metric for the rows of `scores` (NaN: not defined there)."""
+def metric_values(
+    scores: pa.Table, top_k: list[int], diverged: bool = False
+) -> dict[str, np.ndarray]:
+    """Per-position values of every metric for the rows of `scores` (NaN: not defined there);
+    with `diverged`, also whether the decoded state overflowed (top1_id -1)."""
     rank = scores.column("final_rank").to_numpy()
     values = {f"precision@{k}": ((rank >= 1) & (rank <= k)).astype(np.float64) for k in top_k}
     for name in ("surprisal", "kl", "cross_entropy"):
         values[name] = scores.column(name).to_numpy().astype(np.float64)
+    if diverged:
+        values["diverged"] = (scores.column("top1_id").to_numpy() < 0).astype(np.float64)
     return values
 
 
@@ -72,8 +77,10 @@ def prediction_summary(
     resamples: int,
     seed: int,
     level: float,
+    diverged: bool = False,
 ) -> pa.Table:
-    """The tidy metrics table: one row per (method, layer, metric)."""
+    """The tidy metrics table: one row per (method, layer, metric); with `diverged`, also the
+    share of positions whose decoded state overflowed (runs with parts replaced)."""
     keys: list[tuple[str, int, str]] = []
     columns: list[np.ndarray] = []
     reference_ids: np.ndarray | None = None
@@ -88,7 +95,7 @@ def prediction_summary(
                 raise ValueError(
                     f"scores of method '{method}' layer {layer} are not on the same positions"
                 )
-            for name, value in metric_values(rows, top_k).items():
+            for name, value in metric_values(rows, top_k, diverged).items():
                 keys.append((method, layer, name))
                 columns.append(value)
     if not columns:

@@ -57,6 +57,7 @@ class Shape:
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
     """Memory request (MB) of one job of `stage`."""
     s = shape
+    sequence_mb = s.rows * s.tokens / 2 * s.width * 4 / 1e6  # states at every position
     if stage == "resolve_model":
         need = 3 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
@@ -69,6 +70,12 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
         need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
     elif stage in ("decode_predictions", "prediction_examples"):
         need = 2 * s.model_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
+    elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
+        need = 2 * s.model_mb + 1024 + 512
+    elif stage == "fit_parts":  # one part at a time, as a fit_mat job's
+        need = s.rows * s.width * 8 * 4 / 1e6 + 64
+    elif stage in ("prefix_states", "replace_parts"):  # the model and the stored states
+        need = 2 * s.model_mb + 3 * 64 + 2 * sequence_mb
     else:
         need = 500
     return int(math.ceil((BASE_MB + need) * attempt / 100) * 100)
@@ -79,8 +86,12 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
     s = shape
     if stage == "resolve_model":
         flop = 50_000 * s.parameters  # downloading, dequantising, writing: ~1 min per 60M
-    elif stage == "extract_hidden":
+    elif stage in ("extract_hidden", "record_parts", "prefix_states"):
         flop = 2 * s.parameters * s.rows * s.tokens / 4
+    elif stage == "replace_parts":  # at most every block, and one decoding of every row
+        flop = 2 * s.parameters * s.rows * s.tokens / 4 + 4 * s.rows * s.width * s.vocab
+    elif stage == "fit_parts":  # a Gram matrix and a solve per (block, part)
+        flop = 2 * s.rows * s.width**2 * 4 * s.layers * 2
     elif stage == "fit_mat":  # one source layer: the Gram, its factor, every target
         flop = 2 * s.rows * s.width**2 * (s.layers + 2)
     elif stage == "train_map":  # the tuned lens: four vocabulary products per row and epoch

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .adapters import UnsupportedArchitecture, get_adapter, missing_head_message
+from .adapters import UnsupportedArchitecture, get_adapter, missing_head_message, part_adapter
 
 
 class ModelSourceError(RuntimeError):
@@ -101,4 +101,16 @@ def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
     architectures = config.get("architectures") or []
     if spec.get("predict", True) and not adapter.has_head(architectures):
         return missing_head_message(name, adapter.task, "/".join(architectures) or "no head class")
+    return None
+
+
+def part_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """An architecture, known before loading, whose block parts jtc cannot name."""
+    config = local_config(spec)
+    if config is None:
+        return None
+    try:
+        part_adapter(str(config.get("model_type")))
+    except UnsupportedArchitecture as err:
+        return f"model '{name}': {err}"
     return None

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from jtc.adapters import missing_head_message
+from jtc.adapters import UnsupportedArchitecture, missing_head_message, part_adapter
 from jtc.config import ConfigError, layer_problem
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
+from jtc.parts import VARIANTS, jump_layers, jump_problem
 from jtc.planning import checked_config
 from jtc.resources import Shape, memory_mb, runtime_minutes
 
@@ -36,6 +37,8 @@ METHODS = list(config["methods"])
 MAP_METHODS = [m for m in METHODS if m != "id"]
 TRAINED_METHODS = [m for m in METHODS if METHOD_SPECS[m].trained]
 PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
+SUBMODULES = config["submodules"]
+SUBMODULE_CORPORA = SUBMODULES["corpora"] or CORPORA
 
 
 def _alternatives(names):
@@ -49,6 +52,8 @@ wildcard_constraints:
     split="train|validation",
     source=r"\d+",
     method=_alternatives(config["methods"]),
+    variant=_alternatives(SUBMODULES["variants"]),
+    jump=r"\d+",
 
 
 def code_hash(*modules):
@@ -115,6 +120,36 @@ def predicting_model_dir(model):
     return model_dir(model)
 
 
+def part_model_dir(model):
+    """The cached model, refused (while planning) when its architecture has no block-part
+    adapter or a configured jump layer is beyond its depth."""
+    info = model_info(model)
+    try:
+        part_adapter(info["architecture"])
+    except UnsupportedArchitecture as err:
+        raise WorkflowError(f"model '{model}': {err}") from None
+    problem = jump_problem(model, info["num_layers"], SUBMODULES["jump_layers"])
+    if problem:
+        raise WorkflowError(f"invalid configuration: {problem}")
+    return predicting_model_dir(model)
+
+
+def submodule_table_inputs(wildcards):
+    """Every (variant, jump layer) run, and id's and mat's prediction scores beside them."""
+    jumps = jump_layers(SUBMODULES["jump_layers"], num_layers(wildcards.model))
+    folder = f"results/submodules/{wildcards.model}/{wildcards.corpus}"
+    inputs = {
+        variant: expand(f"{folder}/{variant}/jump_{{jump}}.parquet", jump=jumps)
+        for variant in SUBMODULES["variants"]
+    }
+    for method in ("id", "mat"):
+        if method in METHODS:
+            inputs[method] = (
+                f"results/predictions/{wildcards.model}/{wildcards.corpus}/{method}.parquet"
+            )
+    return inputs
+
+
 def methods_for(model):
     """The configured methods that apply to a model (the tuned lens needs a decoder head)."""
     return [m for m in METHODS if applicable(m, config["models"][model]["predict"])]
@@ -168,6 +203,13 @@ def get_final_output():
                     f"results/figures/{model}/{corpus}/prediction.png",
                     f"results/metrics/{model}/{corpus}/early_exit_savings.parquet",
                     f"results/figures/{model}/{corpus}/early_exit.png",
+                ]
+            if model in SUBMODULES["models"] and corpus in SUBMODULE_CORPORA:
+                targets += [
+                    f"results/metrics/{model}/{corpus}/parts_r2.parquet",
+                    f"results/figures/{model}/{corpus}/parts_r2.png",
+                    f"results/metrics/{model}/{corpus}/submodules.parquet",
+                    f"results/figures/{model}/{corpus}/submodules.png",
                 ]
     return targets
 

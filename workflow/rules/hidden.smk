@@ -20,6 +20,7 @@ rule extract_hidden:
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         dtype=config["storage_dtype"],
+        parts=False,
         code=code_hash("corpus", "models", "adapters", "extract"),
     script:
         "../scripts/extract_hidden.py"

@@ -1,0 +1,207 @@
+"""The workflow's sub-module stages (README, "Sub-module shortcuts"), as plain functions like
+jtc.pipeline's: fit a map per (block, part), its r², the states below each jump layer, the
+replaced runs and their table."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from threadpoolctl import threadpool_limits
+
+from . import parts as parts_lib
+from .io import (
+    CorruptFileError,
+    read_aligned,
+    read_json,
+    read_sequences,
+    read_table,
+    write_sequences,
+    write_table,
+)
+from .maps import load_part_maps, save_part_maps
+from .pipeline import load_model, validation_positions, write_summary
+
+log = logging.getLogger(__name__)
+
+
+def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int) -> None:
+    """A least-squares map from input to output of every (block, part), training split."""
+    with threadpool_limits(threads):
+        weights, solvers = parts_lib.fit_parts(train_dir)
+    info = read_json(Path(train_dir) / "info.json")
+    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": info["sentences"]}
+    save_part_maps(out, weights, {**meta, "solvers": solvers})
+
+
+def part_r2(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
+    table = parts_lib.part_r2_table(val_dir, load_part_maps(maps), model=model, corpus=corpus)
+    write_table(table, out, csv=True)
+
+
+def plot_part_r2(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    from .plots import part_r2_heatmap
+
+    part_r2_heatmap(read_table(table_path), f"sub-module r² — {model} on {corpus}", png, pdf)
+
+
+def _chosen(val_dir: str, count: int | None) -> tuple[pa.Table, dict]:
+    """The validation positions run with parts replaced: the first `count` (None: all)."""
+    positions, info = validation_positions(val_dir)
+    return positions.slice(0, count or len(positions)), info
+
+
+def prefix_states(
+    model_dir: str,
+    sentences: str,
+    val_dir: str,
+    out: str,
+    *,
+    jump: int,
+    count: int | None,
+    batch_size: int,
+    threads: int,
+) -> None:
+    """h_jump at every position of the chosen validation sentences, from the unmodified model
+    (only blocks 1..jump run); every replacement variant at this jump starts from them. Stored
+    in float32 whatever storage_dtype says: the runs after the jump must start from the
+    model's own states."""
+    from .adapters import get_adapter
+    from .extract import pad_token_id, prepare_sentences
+    from .replace import prefix_states as run_prefix
+
+    net, tokenizer, info = load_model(model_dir, threads)
+    chosen, val_info = _chosen(val_dir, count)
+    ids = chosen.column("sentence_id").to_numpy()
+    text = read_table(sentences, ["sentence_id", "text"])
+    rows = pc.index_in(pa.array(ids), text.column("sentence_id"))
+    if rows.null_count:
+        raise CorruptFileError(f"{sentences} lacks sentences of the validation states {val_dir}")
+    prepared, _ = prepare_sentences(
+        tokenizer, info, text.take(rows), val_info["seed"], val_info["max_tokens"]
+    )
+    if not (
+        np.array_equal(prepared.sentence_ids, ids)
+        and np.array_equal(prepared.positions, chosen.column("position").to_numpy())
+    ):
+        raise CorruptFileError(f"{val_dir}: its positions differ from {sentences} tokenised again")
+    states = run_prefix(
+        net,
+        get_adapter(info["architecture"]),
+        prepared.inputs,
+        jump,
+        batch_size,
+        pad_token_id(tokenizer),
+    )
+    write_sequences(out, ids, states, "float32")
+
+
+def replace_parts(
+    model_dir: str,
+    val_dir: str,
+    prefix: str,
+    maps: str,
+    out: str,
+    *,
+    model: str,
+    variant: str,
+    parts: list[str],
+    jump: int,
+    top_k: int,
+    batch_size: int,
+    threads: int,
+) -> None:
+    """Blocks jump+1..L run from the stored h_jump with `parts` (the variant's) replaced by
+    their maps; the final states are decoded and scored against the unmodified model's prediction
+    (the columns of decode_predictions, method = variant, layer = jump)."""
+    from .adapters import part_adapter
+    from .decode import Head, final_reference, score
+    from .replace import replaced_final_states
+
+    net, _, info = load_model(model_dir, threads)
+    adapter = part_adapter(info["architecture"])
+    head = Head.from_model(net, adapter, model)
+    ids, sequences = read_sequences(prefix)
+    validation, val_info = validation_positions(val_dir)
+    chosen = validation.slice(0, len(ids))
+    if not np.array_equal(chosen.column("sentence_id").to_numpy(), ids):
+        raise CorruptFileError(f"{prefix}: its sentences are not the first of {val_dir}")
+    all_ids = validation.column("sentence_id").to_numpy()
+    final = read_aligned(val_dir, val_info["num_layers"], all_ids, np.float32)[: len(ids)]
+    reference = final_reference(head, final, top_k)
+    replaced = {k: m for k, m in load_part_maps(maps).items() if k[1] in parts}
+    started = time.perf_counter()
+    positions = chosen.column("position").to_numpy()
+    states = replaced_final_states(net, adapter, sequences, positions, jump, replaced, batch_size)
+    forward = time.perf_counter() - started
+    scores = score(head, reference, states, chosen.column("gold_id").to_numpy())
+    log.info(
+        "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
+        variant,
+        jump,
+        np.mean(scores["final_rank"] == 1),
+        forward,
+    )
+    diverged = int((scores["top1_id"] < 0).sum())
+    if diverged:
+        log.warning("%d of %d runs overflowed (inf or NaN): counted as misses", diverged, len(ids))
+    table = pa.table(
+        {
+            "method": pa.array([variant] * len(ids), pa.string()),
+            "layer": pa.array(np.full(len(ids), jump), pa.int32()),
+            "sentence_id": pa.array(ids, pa.int64()),
+            **scores,
+        }
+    )
+    write_table(table, out)
+
+
+def submodule_table(
+    score_files: dict[str, list[str]],
+    prediction_files: dict[str, str],
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    top_k: list[int],
+    resamples: int,
+    level: float,
+    seed: int,
+) -> None:
+    """Precision@k, Surprisal, ... by jump layer for every variant, beside the layer shortcuts
+    (`prediction_files`: id, mat) on the same validation positions, with paired intervals."""
+    scores = {
+        v: pa.concat_tables([read_table(f) for f in files]) for v, files in score_files.items()
+    }
+    evaluated = pa.array(next(iter(scores.values())).column("sentence_id").unique())
+    for method, path in prediction_files.items():
+        table = read_table(path)
+        scores[method] = table.filter(pc.is_in(table.column("sentence_id"), evaluated))
+    write_summary(
+        scores,
+        out,
+        model=model,
+        corpus=corpus,
+        top_k=top_k,
+        resamples=resamples,
+        level=level,
+        seed=seed,
+        diverged=True,
+    )
+
+
+def plot_submodules(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    from .plots import prediction_figure
+
+    prediction_figure(
+        read_table(table_path),
+        f"{model} on {corpus}",
+        png,
+        pdf,
+        heading="Parts of every block after the jump layer replaced by linear maps",
+        xlabel="jump layer l (blocks 1..l unchanged)",
+    )

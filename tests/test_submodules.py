@@ -1,0 +1,229 @@
+"""Sub-module shortcuts on tiny random GPT-2, Llama and BERT models: recording block parts,
+fitting a map per (block, part), and running the model with parts replaced."""
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from tiny import make_model, write_sentences
+
+from jtc import adapters
+from jtc.adapters import UnsupportedArchitecture, get_adapter, part_adapter
+from jtc.extract import extract, prepare_sentences, run_states
+from jtc.io import (
+    CorruptFileError,
+    part_file,
+    read_sequences,
+    read_site,
+    read_states,
+    write_sequences,
+)
+from jtc.maps import ShortcutMap, load_part_maps, save_maps, save_part_maps
+from jtc.models import model_info
+from jtc.parts import VARIANTS, fit_parts, part_r2_table
+from jtc.replace import PartReplacer, prefix_states, replaced_final_states
+
+KINDS = ["gpt2", "llama", "bert-mlm"]
+
+
+def sentence_table(tmp_path, count):
+    lines = write_sentences(tmp_path / "text.txt", count).read_text().splitlines()
+    return pa.table({"sentence_id": np.arange(count), "text": lines})
+
+
+def run(model, tokenizer, info, table, out, parts):
+    out.mkdir()
+    extract(
+        model,
+        tokenizer,
+        info,
+        table,
+        out,
+        seed=0,
+        batch_size=5,
+        max_tokens=20,
+        dtype="float32",
+        parts=parts,
+    )
+    return out
+
+
+def site(folder, block, part, side):
+    return read_site(part_file(folder, block, part, side))[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_recorded_parts_chain_into_the_block_states(kind, tmp_path):
+    """Each part's recorded input and output fit together with the block's input and output
+    through the architecture's residual adds: the hooks read the right tensors."""
+    model, tokenizer = make_model(kind, layers=2, width=16)
+    info = model_info(kind, model, tokenizer, "test")
+    table = sentence_table(tmp_path, 12)
+    layers = run(model, tokenizer, info, table, tmp_path / "layers", parts=False)
+    parts = run(model, tokenizer, info, table, tmp_path / "parts", parts=True)
+    for block in (1, 2):
+        h_in, h_out = read_states(layers, block - 1)[1], read_states(layers, block)[1]
+
+        def s(part, side, b=block):
+            return site(parts, b, part, side)
+
+        close = dict(rtol=1e-5, atol=1e-5)
+        if kind == "bert-mlm":  # post-norm: norm(sub-layer output + its input)
+            np.testing.assert_allclose(s("attn", "in"), h_in, **close)
+            np.testing.assert_allclose(s("attn_norm", "in"), s("attn", "out") + h_in, **close)
+            np.testing.assert_allclose(s("ffn", "in"), s("attn_norm", "out"), **close)
+            np.testing.assert_allclose(
+                s("ffn_norm", "in"), s("ffn", "out") + s("ffn", "in"), **close
+            )
+            np.testing.assert_allclose(s("ffn_norm", "out"), h_out, **close)
+        else:  # pre-norm: h + sub-layer(norm(h))
+            np.testing.assert_allclose(s("attn_norm", "in"), h_in, **close)
+            np.testing.assert_allclose(s("attn", "in"), s("attn_norm", "out"), **close)
+            np.testing.assert_allclose(s("ffn_norm", "in"), h_in + s("attn", "out"), **close)
+            np.testing.assert_allclose(s("ffn", "in"), s("ffn_norm", "out"), **close)
+            np.testing.assert_allclose(s("ffn_norm", "in") + s("ffn", "out"), h_out, **close)
+
+
+def final_states(model, adapter, inputs, positions):
+    return run_states(model, adapter, inputs, positions, 4, 0)[-1]
+
+
+def inputs_of(model, tokenizer, kind, table):
+    info = model_info(kind, model, tokenizer, "test")
+    prepared, _ = prepare_sentences(tokenizer, info, table, 0, 20)
+    return prepared.inputs, prepared.positions
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("jump", [0, 1, 3])
+def test_runs_from_stored_prefix_equal_the_whole_model(kind, jump, tmp_path):
+    """Blocks after the jump run from the stored h_jump (blocks 1..jump skipped): with nothing
+    replaced, the final states are the unmodified model's; jump = L is the model itself."""
+    model, tokenizer = make_model(kind, layers=3, width=16)
+    adapter = get_adapter(model.config.model_type)
+    inputs, positions = inputs_of(model, tokenizer, kind, sentence_table(tmp_path, 10))
+    prefix = prefix_states(model, adapter, inputs, jump, 3, 0)
+    assert [len(p) for p in prefix] == [len(x) for x in inputs]
+    got = replaced_final_states(model, adapter, prefix, positions, jump, {}, 3)
+    np.testing.assert_allclose(got, final_states(model, adapter, inputs, positions), atol=2e-5)
+    assert len(adapter.blocks(model)) == 3  # the model is whole again
+
+
+def linear_mlp_gpt2():
+    """A tiny GPT-2 whose MLP is exactly linear (identity activation, no biases)."""
+    model, tokenizer = make_model("gpt2", layers=3, width=16)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.mlp.act = torch.nn.Identity()
+            block.mlp.c_fc.bias.zero_()
+            block.mlp.c_proj.bias.zero_()
+    return model, tokenizer
+
+
+def test_a_part_that_is_linear_is_replaced_exactly(tmp_path):
+    """Maps fitted on recorded states of an exactly linear MLP reproduce the model's logits
+    when every block's MLP is replaced; replacing attention (not linear) changes them."""
+    model, tokenizer = linear_mlp_gpt2()
+    info = model_info("gpt2", model, tokenizer, "test")
+    train = run(model, tokenizer, info, sentence_table(tmp_path, 60), tmp_path / "train", True)
+    weights, solvers = fit_parts(train)
+    assert set(weights) == {(b, p) for b in (1, 2, 3) for p in adapters.PART_NAMES}
+    save_part_maps(tmp_path / "maps.safetensors", weights, {"model": "gpt2"})
+    maps = load_part_maps(tmp_path / "maps.safetensors")
+    r2 = part_r2_table(train, maps, model="gpt2", corpus="t").to_pylist()
+    assert all(r["r2"] > 0.999999 for r in r2 if r["part"] == "ffn")
+    assert {r["module"] for r in r2} == {"ln_1", "attn", "ln_2", "mlp"}
+
+    adapter = get_adapter("gpt2")
+    inputs, positions = inputs_of(model, tokenizer, "gpt2", sentence_table(tmp_path, 9))
+    prefix = prefix_states(model, adapter, inputs, 0, 4, 0)
+    expected = final_states(model, adapter, inputs, positions)
+
+    def logits(states):
+        with torch.no_grad():
+            return model.lm_head(model.transformer.ln_f(torch.from_numpy(states))).numpy()
+
+    def replaced(variant):
+        chosen = {k: m for k, m in maps.items() if k[1] in VARIANTS[variant]}
+        return replaced_final_states(model, adapter, prefix, positions, 0, chosen, 4)
+
+    np.testing.assert_allclose(logits(replaced("mat_ffn")), logits(expected), atol=1e-4)
+    assert np.abs(logits(replaced("mat_attn")) - logits(expected)).max() > 1e-2
+
+
+def random_maps(blocks, part, width, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        (b, part): ShortcutMap({"weight": rng.normal(size=(width, width)) / width})
+        for b in range(1, blocks + 1)
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_replacing_attention_removes_token_mixing(kind):
+    """With attention replaced by a per-position map, a block's output at one position no
+    longer depends on any other token; with the attention in place it does."""
+    model, _ = make_model(kind, layers=3, width=16)
+    adapter = get_adapter(model.config.model_type)
+    base = np.array([2, 10, 11, 12, 13, 14, 3], dtype=np.int64)
+    changed = base.copy()
+    changed[1] = 20  # a token before position 4 (and, for BERT, one position 4 attends to)
+    position = np.array([4])
+
+    def block_outputs(ids, maps):
+        replacer = PartReplacer(adapter, adapter.blocks(model), maps)
+        try:
+            return run_states(model, adapter, [ids], position, 1, 0)[1:, 0]
+        finally:
+            replacer.remove()
+
+    maps = random_maps(3, "attn", 16)
+    np.testing.assert_allclose(block_outputs(base, maps), block_outputs(changed, maps), atol=1e-6)
+    assert np.abs(block_outputs(base, {}) - block_outputs(changed, {})).max() > 1e-3
+
+
+def test_replacer_leaves_the_model_unmodified_after_removal(tmp_path):
+    model, tokenizer = make_model("llama", layers=2, width=16)
+    adapter = get_adapter("llama")
+    inputs, positions = inputs_of(model, tokenizer, "llama", sentence_table(tmp_path, 6))
+    before = final_states(model, adapter, inputs, positions)
+    replacer = PartReplacer(adapter, adapter.blocks(model), random_maps(2, "ffn", 16))
+    during = final_states(model, adapter, inputs, positions)
+    replacer.remove()
+    assert np.abs(during - before).max() > 1e-3
+    np.testing.assert_array_equal(final_states(model, adapter, inputs, positions), before)
+
+
+def test_architecture_without_part_adapter_is_named(monkeypatch):
+    bare = dataclasses.replace(adapters.ADAPTERS["gpt2"], name="plain", parts=())
+    monkeypatch.setitem(adapters.ADAPTERS, "plain", bare)
+    with pytest.raises(UnsupportedArchitecture, match="'plain'.*supported: bert, gpt2, llama"):
+        part_adapter("plain")
+    with pytest.raises(UnsupportedArchitecture, match="no adapter for architecture 'opt'"):
+        part_adapter("opt")
+
+
+def test_stored_sequences_round_trip_and_damage_is_named(tmp_path):
+    rng = np.random.default_rng(0)
+    sequences = [rng.normal(size=(n, 4)).astype(np.float32) for n in (3, 1, 5)]
+    path = tmp_path / "prefix.parquet"
+    write_sequences(path, np.array([7, 2, 9]), sequences, "float32")
+    ids, back = read_sequences(path)
+    assert ids.tolist() == [7, 2, 9]
+    assert all(np.array_equal(a, b) for a, b in zip(back, sequences, strict=True))
+    table = pq.read_table(path)
+    pq.write_table(table.take([0, 1, 3, 2, 4, 5, 6, 7, 8]), path)  # two rows swapped
+    with pytest.raises(CorruptFileError, match="positions are not 0, 1, ... per sentence"):
+        read_sequences(path)
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    with pytest.raises(CorruptFileError, match="cannot read Parquet file"):
+        read_sequences(path)
+
+
+def test_a_layer_map_file_is_not_taken_for_part_maps(tmp_path):
+    save_maps(tmp_path / "from_0.safetensors", {1: np.eye(4)}, {"method": "mat"})
+    with pytest.raises(CorruptFileError, match="not a sub-module map file"):
+        load_part_maps(tmp_path / "from_0.safetensors")

@@ -1,0 +1,11 @@
+from jtc.logs import job_log
+from jtc.part_stages import plot_submodules
+
+with job_log(snakemake.log[0]):
+    plot_submodules(
+        snakemake.input[0],
+        snakemake.output.png,
+        snakemake.output.pdf,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+    )

@@ -1,0 +1,19 @@
+from jtc.logs import job_log
+from jtc.part_stages import replace_parts
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    replace_parts(
+        snakemake.input.model,
+        snakemake.input.validation,
+        snakemake.input.prefix,
+        snakemake.input.maps,
+        snakemake.output[0],
+        model=snakemake.wildcards.model,
+        variant=snakemake.wildcards.variant,
+        parts=list(p.parts),
+        jump=int(snakemake.wildcards.jump),
+        top_k=p.top_k,
+        batch_size=p.batch_size,
+        threads=snakemake.threads,
+    )

@@ -1,0 +1,16 @@
+from jtc.logs import job_log
+from jtc.part_stages import submodule_table
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    submodule_table(
+        {v: list(snakemake.input[v]) for v in p.variants},
+        {m: snakemake.input[m] for m in ("id", "mat") if m in snakemake.input.keys()},
+        snakemake.output.table,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        top_k=p.top_k,
+        resamples=p.bootstrap,
+        level=p.level,
+        seed=p.seed,
+    )
