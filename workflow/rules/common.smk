@@ -136,7 +136,11 @@ def part_model_dir(model):
 
 def submodule_table_inputs(wildcards):
     """Every (variant, jump layer) run, and id's and mat's prediction scores beside them."""
-    jumps = jump_layers(SUBMODULES["jump_layers"], num_layers(wildcards.model))
+    jumps = jump_layers(
+        SUBMODULES["jump_layers"],
+        SUBMODULES["jump_stride"],
+        num_layers(wildcards.model),
+    )
     folder = f"results/submodules/{wildcards.model}/{wildcards.corpus}"
     inputs = {
         variant: expand(f"{folder}/{variant}/jump_{{jump}}.parquet", jump=jumps)
