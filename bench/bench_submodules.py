@@ -93,7 +93,7 @@ def main() -> None:
                 f"  {forward / job:12.0%}"
             )
     print(
-        "* job s: model load + forward + scoring (a job's Python start-up, ~3 s, not included)\n"
+        "* job s: model load + forward + scoring (a job's Python start-up is not included)\n"
         f"blocks below the jump computed once per jump, not per variant: "
         f"{saved:.1f} s of forward passes saved over {len(args.jumps)} jump layers"
     )
