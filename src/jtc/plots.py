@@ -67,17 +67,18 @@ def part_r2_heatmap(table: pa.Table, title: str, png: str | Path, pdf: str | Pat
     for r in rows:
         grid[blocks.index(r["block"]), parts.index(r["part"])] = r["r2"]
     modules = {r["part"]: r["module"] for r in rows}
-    fig, ax = plt.subplots(figsize=(5.5, 1.5 + 0.22 * len(blocks)))
+    fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.22 * len(blocks)))
     _r2_cells(
         ax,
         grid,
         annot=True,
-        xticklabels=[f"{p}\n({modules[p].rsplit('.', 1)[-1]})" for p in parts],
+        xticklabels=[f"{p}\n" + modules[p].replace("->", " →\n") for p in parts],
         yticklabels=blocks,
     )
     ax.set_xlabel("part")
     ax.set_ylabel("block")
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=7, rotation=0)
+    ax.tick_params(axis="y", labelsize=7, rotation=0)
     ax.set_title(title)
     fig.tight_layout()
     _save(fig, png, pdf)
