@@ -86,10 +86,10 @@ def submodule_problem(config: dict[str, Any]) -> str | None:
                 f"config key 'submodules.{kind}': {unknown} not in '{kind}' "
                 f"({', '.join(config[kind])})"
             )
-    silent = [m for m in section["models"] if not config["models"][m]["predict"]]
-    if silent:
+    no_head = [m for m in section["models"] if not config["models"][m]["predict"]]
+    if no_head:
         return (
-            f"config key 'submodules.models': {silent} have predict false; replaced runs are "
+            f"config key 'submodules.models': {no_head} have predict false; replaced runs are "
             "scored through the model's decoder head"
         )
     if section["sentences"] and section["sentences"] > config["sizes"]["validation"]:

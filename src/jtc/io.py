@@ -177,7 +177,11 @@ def part_file(states_dir: str | os.PathLike, block: int, part: str, side: str) -
 def read_site(path: str | os.PathLike, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Read one site's file (a layer, a part's input or output) as an (n, d) array, with the
     sentence ids in row order."""
-    table = read_table(path, columns=["sentence_id", "state"])
+    return _site_arrays(read_table(path, columns=["sentence_id", "state"]), path, dtype)
+
+
+def _site_arrays(table: pa.Table, path, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """(sentence ids, (n, d) states) of a table read from a site's file, checked."""
     column = table.column("state").combine_chunks()
     if len(column) == 0:
         raise CorruptFileError(f"{path} holds no states")
@@ -230,8 +234,8 @@ def write_sequences(
 def read_sequences(path: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray]]:
     """(sentence ids, [(len, d) float32 states]) from write_sequences' file, checked to hold
     positions 0, 1, ... of one sentence after another."""
-    table = read_table(path, columns=["sentence_id", "position"])
-    ids, states = read_site(path, np.float32)
+    table = read_table(path, columns=["sentence_id", "position", "state"])
+    ids, states = _site_arrays(table, path, np.float32)
     positions = table.column("position").to_numpy()
     starts = np.flatnonzero(positions == 0)
     lengths = np.diff(np.append(starts, len(ids)))

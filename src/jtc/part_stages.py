@@ -49,12 +49,6 @@ def plot_part_r2(table_path: str, png: str, pdf: str, *, model: str, corpus: str
     part_r2_heatmap(read_table(table_path), f"sub-module r² — {model} on {corpus}", png, pdf)
 
 
-def _chosen(val_dir: str, count: int | None) -> tuple[pa.Table, dict]:
-    """The validation positions run with parts replaced: the first `count` (None: all)."""
-    positions, info = validation_positions(val_dir)
-    return positions.slice(0, count or len(positions)), info
-
-
 def prefix_states(
     model_dir: str,
     sentences: str,
@@ -75,7 +69,8 @@ def prefix_states(
     from .replace import prefix_states as run_prefix
 
     net, tokenizer, info = load_model(model_dir, threads)
-    chosen, val_info = _chosen(val_dir, count)
+    validation, val_info = validation_positions(val_dir)
+    chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
     ids = chosen.column("sentence_id").to_numpy()
     text = read_table(sentences, ["sentence_id", "text"])
     rows = pc.index_in(pa.array(ids), text.column("sentence_id"))

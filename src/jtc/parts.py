@@ -63,10 +63,11 @@ def fit_parts(train_dir: str | Path) -> tuple[dict[tuple[int, str], np.ndarray],
     """The no-intercept least-squares weight (d_out, d_in) of every (block, part), and the
     solver used for each, from the recorded training inputs and outputs."""
     num_layers = read_json(Path(train_dir) / "info.json")["num_layers"]
+    parts = recorded_parts(train_dir)
     weights: dict[tuple[int, str], np.ndarray] = {}
     solvers: dict[str, str] = {}
     for block in range(1, num_layers + 1):
-        for part in recorded_parts(train_dir):
+        for part in parts:
             ids, x = read_site(part_file(train_dir, block, part, "in"))
             y = read_site_aligned(part_file(train_dir, block, part, "out"), ids, np.float32)
             fitted, solver = fit_source(x, [(0, y)])
