@@ -79,7 +79,7 @@ def test_bad_values_name_their_key(patch, key):
     assert f"config key '{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize("path", ["config.yaml", "configs/paper.yaml"])
+@pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
 def test_shipped_configs_are_valid(path):
     from pathlib import Path
 

@@ -55,7 +55,7 @@ def make_workdir(work):
 
 
 def start(work):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work)]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflow/Snakefile"), "-d", str(work)]
     cmd += ["--configfile", str(work / "config.yaml"), "--cores", "2", "all"]
     log = open(work / "run.log", "a")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True), log

@@ -37,7 +37,7 @@ GPU_RULES = (
 # executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
 SLURM_FLAGS = [
     "--workflow-profile",
-    str(ROOT / "profiles/slurm"),
+    str(ROOT / "workflow/profiles/slurm"),
     "--slurm-status-command",
     "squeue",
     "--slurm-init-seconds-before-status-checks",
@@ -92,7 +92,7 @@ def snakemake(workdir, *args, env=None):
         "-m",
         "snakemake",
         "-s",
-        str(ROOT / "Snakefile"),
+        str(ROOT / "workflow/Snakefile"),
         "-d",
         str(workdir),
         "--configfile",

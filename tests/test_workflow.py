@@ -22,7 +22,7 @@ def run_snakemake(workdir, *args, check=True):
     cmd = [
         *SNAKEMAKE,
         "-s",
-        str(ROOT / "Snakefile"),
+        str(ROOT / "workflow/Snakefile"),
         "-d",
         str(workdir),
         "--configfile",
@@ -389,7 +389,7 @@ def test_prediction_from_a_bare_encoder_fails_while_planning(workdir, tmp_path):
 
 
 def test_paper_config_plans_offline(tmp_path):
-    (tmp_path / "config.yaml").write_text((ROOT / "configs/paper.yaml").read_text())
+    (tmp_path / "config.yaml").write_text((ROOT / "config/paper.yaml").read_text())
     proc = run_snakemake(tmp_path, "all", "-n")
     out = proc.stdout + proc.stderr
     for model in ("gpt2", "gpt2-xl", "bert-large-uncased"):
@@ -530,7 +530,7 @@ def test_bad_config_changes_nothing_in_existing_results(workdir, tmp_path):
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     config["models"]["t5"] = {"source": str(unknown)}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    cmd = [*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "1"]
+    cmd = [*SNAKEMAKE, "-s", str(ROOT / "workflow/Snakefile"), "-d", str(workdir), "--cores", "1"]
     proc = subprocess.run(
         [*cmd, "all", "--configfile", str(tmp_path / "bad.yaml")], capture_output=True, text=True
     )

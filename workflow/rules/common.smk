@@ -22,7 +22,7 @@ config.clear()
 config.update(_checked)
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
-# so that a plain rerun resumes (profiles/default adds --rerun-incomplete for its last jobs)
+# so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last jobs)
 if workflow.is_main_process:
     for _lock in clear_stale_locks():
         print(
@@ -30,7 +30,7 @@ if workflow.is_main_process:
             file=sys.stderr,
         )
 
-SRC = Path(workflow.basedir) / "src" / "jtc"
+PACKAGE = Path(SRC) / "jtc"
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
 METHODS = list(config["methods"])
@@ -60,7 +60,7 @@ def code_hash(*modules):
     """Hash of the package modules a stage runs, so that editing them reruns the stage."""
     digest = hashlib.sha256()
     for module in ("io", "logs", "pipeline", *modules):
-        digest.update((SRC / f"{module}.py").read_bytes())
+        digest.update((PACKAGE / f"{module}.py").read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -4,7 +4,7 @@ rule download_corpus:
     log:
         "logs/download_corpus/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         url=lambda w: config["corpora"][w.corpus]["url"],
         sha256=lambda w: config["corpora"][w.corpus].get("sha256"),
@@ -22,7 +22,7 @@ rule prepare_corpus:
     benchmark:
         "benchmarks/prepare_corpus/{corpus}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         spec=lambda w: config["corpora"][w.corpus],
         seed=config["seed"],

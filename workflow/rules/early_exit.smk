@@ -23,7 +23,7 @@ rule early_exit:
     benchmark:
         "benchmarks/early_exit/{model}/{corpus}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         methods=METHODS,
         lambdas=config["early_exit"]["lambdas"],
@@ -52,7 +52,7 @@ rule plot_early_exit:
     log:
         "logs/plot_early_exit/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("plots"),
     script:

@@ -8,7 +8,7 @@ rule fit_mat:
     benchmark:
         "benchmarks/fit_mat/{model}/{corpus}/from_{source}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("fit_mat"),
@@ -31,7 +31,7 @@ rule train_map:
     wildcard_constraints:
         method=_alternatives(TRAINED_METHODS),
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("train_map"),

@@ -9,7 +9,7 @@ rule extract_hidden:
     benchmark:
         "benchmarks/extract_hidden/{model}/{corpus}/{split}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("extract_hidden"),

@@ -15,7 +15,7 @@ rule r2_table:
     benchmark:
         "benchmarks/r2_table/{model}/{corpus}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("r2_table", "validation"),
@@ -42,7 +42,7 @@ rule plot_r2:
     log:
         "logs/plot_r2/{model}/{corpus}/{method}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("plots"),
     script:
@@ -64,7 +64,7 @@ rule parameter_table:
     log:
         "logs/parameter_table/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("maps"),
     script:

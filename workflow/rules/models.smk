@@ -6,7 +6,7 @@ checkpoint resolve_model:
     benchmark:
         "benchmarks/resolve_model/{model}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     resources:
         mem_mb=mem_mb("resolve_model"),
         runtime=runtime("resolve_model"),

@@ -8,7 +8,7 @@ rule decode_predictions:
     benchmark:
         "benchmarks/decode_predictions/{model}/{corpus}/{method}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("decode_predictions", "validation"),
@@ -38,7 +38,7 @@ rule prediction_table:
     log:
         "logs/prediction_table/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         methods=METHODS,
         top_k=config["prediction"]["top_k"],
@@ -65,7 +65,7 @@ rule plot_prediction:
     log:
         "logs/plot_prediction/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("plots"),
     script:
@@ -88,7 +88,7 @@ rule prediction_examples:
     log:
         "logs/prediction_examples/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("prediction_examples", "validation"),

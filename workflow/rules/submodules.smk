@@ -16,7 +16,7 @@ rule record_parts:
     benchmark:
         "benchmarks/record_parts/{model}/{corpus}/{split}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("record_parts"),
@@ -43,7 +43,7 @@ rule fit_parts:
     benchmark:
         "benchmarks/fit_parts/{model}/{corpus}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("fit_parts"),
@@ -70,7 +70,7 @@ rule part_r2_table:
     log:
         "logs/part_r2_table/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("parts", "maps", "metrics", "part_stages"),
     script:
@@ -92,7 +92,7 @@ rule plot_part_r2:
     log:
         "logs/plot_part_r2/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("plots", "part_stages"),
     script:
@@ -111,7 +111,7 @@ rule prefix_states:
     benchmark:
         "benchmarks/prefix_states/{model}/{corpus}/jump_{jump}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("prefix_states", "validation"),
@@ -137,7 +137,7 @@ rule replace_parts:
     benchmark:
         "benchmarks/replace_parts/{model}/{corpus}/{variant}/jump_{jump}.tsv"
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
         mem_mb=mem_mb("replace_parts", "validation"),
@@ -175,7 +175,7 @@ rule submodule_table:
     log:
         "logs/submodule_table/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         variants=config["submodules"]["variants"],
         top_k=config["prediction"]["top_k"],
@@ -202,7 +202,7 @@ rule plot_submodules:
     log:
         "logs/plot_submodules/{model}/{corpus}.log",
     conda:
-        "../../envs/jtc.yaml"
+        "../envs/jtc.yaml"
     params:
         code=code_hash("plots", "part_stages"),
     script:
