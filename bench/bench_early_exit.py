@@ -30,7 +30,7 @@ from jtc.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  #
 from jtc.extract import prepare_inputs  # noqa: E402
 from jtc.io import read_json, read_table  # noqa: E402
 from jtc.maps import load_map  # noqa: E402
-from jtc.pipeline import early_exit_tables  # noqa: E402
+from jtc.stages.early_exit import early_exit  # noqa: E402
 
 RESULTS = Path("results")
 LAMBDAS_100 = np.linspace(-0.12, 1.12, 100)
@@ -83,7 +83,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp())
 
     def stage(lambdas):
-        return lambda: early_exit_tables(
+        return lambda: early_exit(
             files,
             str(val),
             str(out / "s.parquet"),

@@ -33,7 +33,7 @@ from jtc.train import TrainSettings, default_rank, train_low_rank, train_tuned_l
 
 def job_start_seconds(train_dir: str) -> float:
     code = (
-        "import torch, jtc.train, jtc.pipeline; from jtc.io import read_states; "
+        "import torch, jtc.train, jtc.stages.fit; from jtc.io import read_states; "
         f"read_states({train_dir!r}, 0)"
     )
     start = time.perf_counter()
@@ -44,7 +44,7 @@ def job_start_seconds(train_dir: str) -> float:
 def real_data(args, device):
     """{source: states}, final states and the cached SmolLM2 head."""
     from jtc.io import read_aligned, read_json, read_states
-    from jtc.pipeline import load_head
+    from jtc.models import load_head
 
     last = read_json(Path(args.states) / "info.json")["num_layers"]
     ids, _ = read_states(args.states, 0)

@@ -1,4 +1,86 @@
+"""Test options, markers and the shared fixtures.
+
+A plain `pytest` runs the fast tests only; `pytest --workflow` adds every test marked `workflow`
+(those that run Snakemake, plan with it, interrupt it or use the SLURM cluster)."""
+
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+MARKERS = {
+    "workflow": "runs Snakemake (a run, a dry run, a kill and resume, SLURM): only with --workflow",
+    "real_model": "loads a real packaged model",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--workflow",
+        action="store_true",
+        default=False,
+        help="also run the tests marked workflow (Snakemake runs; minutes)",
+    )
+
+
+def pytest_configure(config):
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--workflow"):
+        return
+    deselected = [item for item in items if item.get_closest_marker("workflow")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("workflow")]
+        config._jtc_workflow_deselected = len(deselected)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = getattr(config, "_jtc_workflow_deselected", 0)
+    if count:
+        terminalreporter.write_line(
+            f"{count} workflow tests deselected: run `pytest --workflow` to include them"
+        )
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tmp_path_factory):
+    """The tiny project (tests/harness.py): models gpt and bert, 200 sentences, its config.
+    Read-only: a test that changes the config writes it to its own folder."""
+    from harness import make_tiny_project
+
+    return make_tiny_project(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def _tiny_run(tiny_project):
+    from harness import run_snakemake
+
+    proc = run_snakemake(tiny_project, "all")
+    return tiny_project, proc
+
+
+@pytest.fixture
+def tiny_run(_tiny_run):
+    """The tiny project after `snakemake all` (run once per session): its folder. Read-only:
+    a test that changes anything works on its own copy (harness.copy_run); a test that changes
+    the shared results fails here."""
+    from harness import snapshot
+
+    folder, _ = _tiny_run
+    before = snapshot(folder)
+    yield folder
+    after = snapshot(folder)
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert not changed, f"the test changed the shared tiny run: {changed[:10]}"
+
+
+@pytest.fixture
+def tiny_first_run(_tiny_run):
+    """The output of the shared tiny run's first `snakemake all`."""
+    return _tiny_run[1]

@@ -18,8 +18,8 @@ from jtc.early_exit import (
 )
 from jtc.extract import prepare_inputs
 from jtc.io import read_json, read_table
+from jtc.maps import to_last_layer
 from jtc.models import load_cached
-from jtc.pipeline import _to_last_layer
 
 
 def model_inputs(work, tokenizer, info):
@@ -69,7 +69,7 @@ def test_sweep_equals_running_the_model_and_stopping(validation, method):  # noq
     assert np.array_equal(prepared.sentence_ids, ids)
 
     def to_last(layer, state):
-        return _to_last_layer(files, layer, state, LAYERS).astype(np.float32)
+        return to_last_layer(files, layer, state, LAYERS).astype(np.float32)
 
     for j in range(len(lambdas)):
         for i, (inp, pos) in enumerate(zip(prepared.inputs, prepared.positions, strict=True)):

@@ -16,8 +16,8 @@ from jtc.extract import extract, prepare_inputs
 from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
 from jtc.maps import load_map, save_maps
 from jtc.models import cache_model, model_info
-from jtc.pipeline import fit_mat
 from jtc.sources import ModelSourceError
+from jtc.stages.fit import fit_mat
 
 ROOT = Path(__file__).parents[1]
 

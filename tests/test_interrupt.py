@@ -4,18 +4,14 @@ a plain rerun completes and its tables equal, bit for bit, those of an uninterru
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
+from harness import make_tiny_project, run_snakemake, start_snakemake
 from safetensors.numpy import load_file
-from test_workflow import ROOT, run_snakemake
-from tiny import WORDS, save_model
 
 pytestmark = pytest.mark.workflow
 
@@ -37,28 +33,16 @@ STAGES = [
 
 
 def make_workdir(work):
-    work.mkdir()
-    save_model("gpt2", work / "tiny-gpt2", layers=2, width=16)
-    rng = np.random.default_rng(0)
-    lines = [" ".join(rng.choice(WORDS, size=rng.integers(5, 14))) + " ." for _ in range(150)]
-    (work / "text.txt").write_text("\n".join(lines) + "\n")
-    config = {
-        "sizes": {"train": 40, "validation": 12},
-        "batch_size": 8,
-        "max_tokens": 24,
-        "threads": 1,
-        "corpora": {"mini": {"source": "text_file", "path": str(work / "text.txt")}},
-        "models": {"gpt": {"source": str(work / "tiny-gpt2")}},
-    }
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
-    return work
+    """The tiny project with its gpt model only, 150 sentences."""
+    return make_tiny_project(
+        work, models=("gpt",), sentences=150, sizes={"train": 40, "validation": 12}
+    )
 
 
 def start(work):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflow/Snakefile"), "-d", str(work)]
-    cmd += ["--configfile", str(work / "config.yaml"), "--cores", "2", "all"]
     log = open(work / "run.log", "a")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True), log
+    proc = start_snakemake(work, "all", stdout=log, stderr=log, start_new_session=True)
+    return proc, log
 
 
 def kill_when_started(work, stage, timeout=120.0):

@@ -12,8 +12,8 @@ from jtc.adapters import UnsupportedArchitecture, get_adapter
 from jtc.decode import Head
 from jtc.io import read_json, read_states, read_table, write_table
 from jtc.models import cache_model, load_cached
-from jtc.pipeline import extract_hidden
 from jtc.sources import ModelSourceError, candidates, planning_problem
+from jtc.stages.hidden import extract_hidden
 
 
 def test_local_folder_is_cached_and_reloads_identically(tmp_path):

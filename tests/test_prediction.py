@@ -9,8 +9,9 @@ from jtc.examples import example_layers, examples_markdown
 from jtc.io import read_table, write_table
 from jtc.maps import save_maps
 from jtc.models import cache_model
-from jtc.pipeline import decode_predictions, extract_hidden, prediction_examples
 from jtc.prediction import bootstrap_means, metric_values, prediction_summary
+from jtc.stages.hidden import extract_hidden
+from jtc.stages.prediction import decode_predictions, prediction_examples
 
 LAYERS = 3
 

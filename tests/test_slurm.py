@@ -2,10 +2,8 @@
 repository's SLURM profile: the same tables as a local run, a job cancelled mid-run is retried,
 and a job that always fails stops the run naming its rule."""
 
-import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,12 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
+from harness import ROOT, make_tiny_project, read_config, start_snakemake, write_config
 from safetensors.numpy import load_file
 from slurm_cluster import ForeignConfig, LocalSlurm, missing_binaries
-from tiny import save_model, write_sentences
 
-ROOT = Path(__file__).parents[1]
 pytestmark = pytest.mark.workflow
 TARGETS = [
     "results/metrics/gpt/mini/r2.parquet",
@@ -67,44 +63,29 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A tiny model, a small text corpus and a config using them."""
-    folder = tmp_path_factory.mktemp("slurm-project")
-    save_model("gpt2", folder / "tiny-gpt2", layers=2, width=16)
-    write_sentences(folder / "text.txt", 150, seed=1)
-    config = {
-        "sizes": {"train": 40, "validation": 16},
-        "validation_fraction": 0.3,
-        "batch_size": 8,
-        "max_tokens": 24,
-        "threads": 1,
-        "methods": ["id", "mat", "njtc"],
-        "training": {"njtc": {"max_epochs": 3, "batch_size": 8}},
-        "corpora": {"mini": {"source": "text_file", "path": str(folder / "text.txt")}},
-        "models": {"gpt": {"source": str(folder / "tiny-gpt2")}},
-        "submodules": {"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
-    }
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    return folder
+    return make_tiny_project(
+        tmp_path_factory.mktemp("slurm-project"),
+        models=("gpt",),
+        sentences=150,
+        seed=1,
+        sizes={"train": 40, "validation": 16},
+        methods=["id", "mat", "njtc"],
+        training={"njtc": {"max_epochs": 3, "batch_size": 8}},
+        submodules={"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
+    )
 
 
-def snakemake(workdir, *args, env=None):
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(ROOT / "workflow/Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
+def snakemake(workdir, *args, env=None, cores=None):
+    """Snakemake started on `workdir` (no --cores unless given: the SLURM profile sets it),
+    its output and errors in one pipe."""
+    return start_snakemake(
+        workdir,
         *args,
-    ]
-    return subprocess.Popen(
-        cmd,
+        env=env,
+        cores=cores,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**(env or os.environ), "PYTHONHASHSEED": "0"},
     )
 
 
@@ -120,7 +101,7 @@ def finish(proc, timeout=240) -> str:
 
 def copy_project(project, workdir):
     workdir.mkdir()
-    shutil.copy(project / "config.yaml", workdir / "config.yaml")
+    write_config(workdir, read_config(project))
     return workdir
 
 
@@ -151,16 +132,16 @@ def runs(cluster, project, tmp_path_factory):
     extract_hidden job is cancelled with scancel: the profile's retries must carry it through."""
     root = tmp_path_factory.mktemp("runs")
     local = copy_project(project, root / "local")
-    out = finish(snakemake(local, "--cores", "2", *TARGETS))
+    out = finish(snakemake(local, *TARGETS, cores=2))
     assert all((local / t).exists() for t in TARGETS), out[-3000:]
 
     remote = copy_project(project, root / "slurm")
     broken = remote / "broken-model"
     shutil.copytree(project / "tiny-gpt2", broken)
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # fails when loaded
-    config = yaml.safe_load((remote / "config.yaml").read_text())
+    config = read_config(remote)
     config["models"]["broken"] = {"source": str(broken)}
-    (remote / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(remote, config)
     targets = [*TARGETS, "results/metrics/broken/mini/r2.parquet"]
     proc = snakemake(remote, *SLURM_FLAGS, *targets, env=cluster.env)
     done, stop = {}, threading.Event()

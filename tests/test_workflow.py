@@ -1,82 +1,57 @@
-"""The Snakemake workflow end to end on a tiny config (tiny random models, a small text file)."""
+"""The Snakemake workflow end to end on a tiny config (tiny random models, a small text file),
+how a config given with --configfile replaces the default one, and the smoke experiment
+(.test/config/config.yaml) on the real packaged models.
 
-import os
-import re
+The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
+reruns in its own copy (harness.copy_run)."""
+
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from tiny import save_model, write_sentences
+from harness import (
+    ROOT,
+    copy_run,
+    link_inputs,
+    planned,
+    read_config,
+    rules_run,
+    run_snakemake,
+    write_config,
+)
+from tiny import save_model
 
-ROOT = Path(__file__).parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 pytestmark = pytest.mark.workflow
 
-
-def run_snakemake(workdir, *args, check=True):
-    cmd = [
-        *SNAKEMAKE,
-        "-s",
-        str(ROOT / "workflow/Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONHASHSEED": "0"}
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc
+# what a smaller validation split reruns: validation states and what reads them, nothing else
+VALIDATION_RERUN = {
+    "extract_hidden": 2,
+    "r2_table": 2,
+    "plot_r2": 4,
+    "decode_predictions": 4,
+    "prediction_table": 2,
+    "plot_prediction": 2,
+    "prediction_examples": 2,
+    "early_exit": 2,
+    "plot_early_exit": 2,
+    "all": 1,
+}
 
 
-def rules_run(proc):
-    """Names of the rules that ran, with counts."""
-    names = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", proc.stdout + proc.stderr, re.M)
-    return {n: names.count(n) for n in set(names)} if names else {}
+def rerun_changed(finished, workdir, **changes):
+    """Copy a finished run, change top-level keys of its config, rerun `all`: the rules run."""
+    config = {**read_config(finished), **changes}
+    copy_run(finished, workdir, config)
+    return rules_run(run_snakemake(workdir, "all"))
 
 
-def write_config(workdir, **changes):
-    config = {
-        "seed": 0,
-        "sizes": {"train": 48, "validation": 16},
-        "validation_fraction": 0.3,
-        "batch_size": 8,
-        "max_tokens": 24,
-        "threads": 1,
-        "corpora": {"mini": {"source": "text_file", "path": str(workdir / "text.txt")}},
-        "models": {
-            "gpt": {"source": str(workdir / "tiny-gpt2")},
-            "bert": {"source": str(workdir / "tiny-bert")},
-        },
-    }
-    for key, value in changes.items():
-        config[key] = value
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    work = tmp_path_factory.mktemp("wf")
-    save_model("gpt2", work / "tiny-gpt2", layers=2, width=16)
-    save_model("bert-mlm", work / "tiny-bert", layers=2, width=16)
-    write_sentences(work / "text.txt", 200)
-    write_config(work)
-    return work
-
-
-def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
-    first = run_snakemake(workdir, "all")
-    ran = rules_run(first)
+def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_run):
+    workdir = tiny_run
+    ran = rules_run(tiny_first_run)
     assert ran["fit_mat"] == 4 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
     assert ran["decode_predictions"] == 4 and ran["prediction_table"] == 2
     assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
@@ -122,40 +97,31 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
         saved = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit_savings.parquet")
         assert sorted(set(saved.column("target").to_pylist())) == [0.9, 0.95, 0.99]
         assert (workdir / f"results/figures/{model}/mini/early_exit.pdf").stat().st_size
-    maps = workdir / "results/maps/gpt/mini/mat/from_0.safetensors"
-    before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*") if p.is_file()}
 
-    # nothing changed: nothing runs
-    second = run_snakemake(workdir, "all")
-    assert rules_run(second) == {}, second.stderr[-2000:]
-    assert "Nothing to be done" in second.stdout + second.stderr
 
-    # the validation size changes: validation states and what reads them, nothing else
-    write_config(workdir, sizes={"train": 48, "validation": 12})
-    third = run_snakemake(workdir, "all")
-    assert rules_run(third) == {
-        "extract_hidden": 2,
-        "r2_table": 2,
-        "plot_r2": 4,
-        "decode_predictions": 4,
-        "prediction_table": 2,
-        "plot_prediction": 2,
-        "prediction_examples": 2,
-        "early_exit": 2,
-        "plot_early_exit": 2,
-        "all": 1,
-    }
-    assert maps.stat().st_mtime_ns == before[maps]
+def test_nothing_changed_nothing_runs(tiny_run, tmp_path):
+    copy_run(tiny_run, tmp_path)
+    again = run_snakemake(tmp_path, "all")
+    assert rules_run(again) == {}, again.stderr[-2000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_validation_size_reruns_only_what_reads_the_validation_split(tiny_run, tmp_path):
+    maps = "results/maps/gpt/mini/mat/from_0.safetensors"
+    ran = rerun_changed(tiny_run, tmp_path, sizes={"train": 48, "validation": 12})
+    assert ran == VALIDATION_RERUN
+    assert (tmp_path / maps).stat().st_mtime_ns == (tiny_run / maps).stat().st_mtime_ns
     assert (
-        pq.read_table(workdir / "results/hidden/gpt/mini/validation/positions.parquet").num_rows
+        pq.read_table(tmp_path / "results/hidden/gpt/mini/validation/positions.parquet").num_rows
         == 12
     )
 
-    # the training size changes: training states, fits, and everything after them
-    write_config(workdir, sizes={"train": 40, "validation": 12})
-    fourth = run_snakemake(workdir, "all")
+
+def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_path):
+    ran = rerun_changed(tiny_run, tmp_path, sizes={"train": 40, "validation": 16})
+    # training states, fits, and everything after them
     # (id's predictions do not read the training split: they stay)
-    assert rules_run(fourth) == {
+    assert ran == {
         "extract_hidden": 2,
         "fit_mat": 4,
         "parameter_table": 2,
@@ -170,37 +136,32 @@ def test_workflow_runs_caches_and_reruns_only_what_changed(workdir):
         "all": 1,
     }
 
-    # a summary setting: only the summary and its figure
-    write_config(workdir, sizes={"train": 40, "validation": 12}, prediction={"bootstrap": 200})
-    fifth = run_snakemake(workdir, "all")
-    assert rules_run(fifth) == {"prediction_table": 2, "plot_prediction": 2, "all": 1}
 
-    # an early-exit setting: only the sweep and its figure (the confidences are not recomputed)
-    write_config(
-        workdir,
-        sizes={"train": 40, "validation": 12},
-        prediction={"bootstrap": 200},
-        early_exit={"tau": 2.0},
-    )
-    sixth = run_snakemake(workdir, "all")
-    assert rules_run(sixth) == {"early_exit": 2, "plot_early_exit": 2, "all": 1}
+def test_a_summary_setting_reruns_only_the_summary_and_its_figure(tiny_run, tmp_path):
+    ran = rerun_changed(tiny_run, tmp_path, prediction={"bootstrap": 200})
+    assert ran == {"prediction_table": 2, "plot_prediction": 2, "all": 1}
+
+
+def test_an_early_exit_setting_reruns_only_the_sweep_and_its_figure(tiny_run, tmp_path):
+    # (the confidences are not recomputed)
+    ran = rerun_changed(tiny_run, tmp_path, early_exit={"tau": 2.0})
+    assert ran == {"early_exit": 2, "plot_early_exit": 2, "all": 1}
 
 
 TRAINED = ["njtc", "nnjtc", "tuned_lens"]
 
 
-def test_trained_methods_reach_every_table_and_rerun_alone(workdir, tmp_path):
+def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_path):
     from safetensors.numpy import load_file
 
     from jtc.maps import read_metadata
 
-    for name in ("tiny-gpt2", "text.txt"):
-        os.symlink(workdir / name, tmp_path / name)
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    link_inputs(tiny_project, tmp_path)
+    config = read_config(tiny_project)
     config["models"] = {"gpt": config["models"]["gpt"]}
     config["methods"] = ["id", "mat", *TRAINED]
     config["training"] = {m: {"max_epochs": 3, "batch_size": 8} for m in TRAINED}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
     # 2 layers: njtc and nnjtc fit every pair (auto), the tuned lens the pairs into the last
     assert ran["train_map"] == 3 * 2 and ran["fit_mat"] == 2
@@ -228,7 +189,7 @@ def test_trained_methods_reach_every_table_and_rerun_alone(workdir, tmp_path):
 
     # one method's training setting: that method's maps and what reads them, nothing else
     config["training"]["njtc"]["learning_rate"] = 0.02
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all")) == {
         "train_map": 2,
         "r2_table": 1,
@@ -254,17 +215,12 @@ def test_trained_methods_reach_every_table_and_rerun_alone(workdir, tmp_path):
     assert all(np.array_equal(again[k], first[k]) for k in first)
 
 
-def test_submodule_shortcuts_run_and_rerun_alone(workdir, tmp_path):
+def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
     """Part maps, their r², every (variant, jump) run and the figure; enabling it reruns
     nothing else, and a new jump layer runs only that layer's jobs."""
-    run_snakemake(workdir, "all")
-    for name in ("tiny-gpt2", "text.txt"):
-        os.symlink(workdir / name, tmp_path / name)
-    for name in ("results", ".snakemake"):  # the finished run, and its record of how it ran
-        shutil.copytree(workdir / name, tmp_path / name, symlinks=True)
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config = read_config(tiny_run)
     config["submodules"] = {"models": ["gpt"], "sentences": 10}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    copy_run(tiny_run, tmp_path, config)  # the finished run, and its record of how it ran
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert ran == {
         "record_parts": 2,
@@ -293,7 +249,7 @@ def test_submodule_shortcuts_run_and_rerun_alone(workdir, tmp_path):
     assert not list((tmp_path / "results/submodules/gpt/mini/prefix").glob("*.parquet"))
 
     config["submodules"]["jump_layers"] = [0, 1, 2]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert ran == {
         "prefix_states": 1,
@@ -313,27 +269,22 @@ def test_submodule_shortcuts_run_and_rerun_alone(workdir, tmp_path):
     assert surprisal["mat_attn"] == surprisal["mat_ffn"] == surprisal["id"]
 
 
-def test_same_config_gives_identical_tables(workdir, tmp_path):
-    run_snakemake(workdir, "all")
-    reference = workdir / "results/metrics/bert/mini/r2.parquet"
-    other = tmp_path / "again"
-    other.mkdir()
-    for name in ("tiny-gpt2", "tiny-bert", "text.txt"):
-        os.symlink(workdir / name, other / name)
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
-    (other / "config.yaml").write_text(yaml.safe_dump(config))
+def test_same_config_gives_identical_tables(tiny_run, tmp_path):
+    reference = tiny_run / "results/metrics/bert/mini/r2.parquet"
+    other = link_inputs(tiny_run, tmp_path / "again")
+    write_config(other, read_config(tiny_run))
     run_snakemake(other, "results/metrics/bert/mini/r2.parquet")
     assert pq.read_table(reference).equals(
         pq.read_table(other / "results/metrics/bert/mini/r2.parquet")
     )
 
 
-def test_bad_config_fails_before_any_job(workdir, tmp_path):
+def test_bad_config_fails_before_any_job(tiny_project, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config = read_config(tiny_project)
     config["sizes"]["validation"] = 0
-    (bad / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(bad, config)
     proc = run_snakemake(bad, "all", check=False)
     assert proc.returncode != 0
     assert "config key 'sizes.validation'" in proc.stderr
@@ -354,54 +305,128 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
         ({"submodules": {"variants": ["mat_all"]}}, "config key 'submodules.variants.0'"),
     ],
 )
-def test_bad_configs_fail_before_any_job(workdir, tmp_path, change, message):
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+def test_bad_configs_fail_before_any_job(tiny_project, tmp_path, change, message):
+    config = read_config(tiny_project)
     config.update(change)
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path, config)
     proc = run_snakemake(tmp_path, "all", check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "results").exists()
 
 
-def test_a_model_defined_twice_fails_before_any_job(workdir, tmp_path):
-    text = (workdir / "config.yaml").read_text()
-    text = text.replace("models:\n", f"models:\n  bert:\n    source: {workdir / 'tiny-bert'}\n")
+def test_a_model_defined_twice_fails_before_any_job(tiny_project, tmp_path):
+    text = (tiny_project / "config.yaml").read_text()
+    text = text.replace(
+        "models:\n", f"models:\n  bert:\n    source: {tiny_project / 'tiny-bert'}\n"
+    )
     (tmp_path / "config.yaml").write_text(text)
     proc = run_snakemake(tmp_path, "all", check=False)
     assert proc.returncode != 0 and "config key 'bert': given twice" in proc.stderr
     assert not (tmp_path / "results").exists()
 
 
-def test_prediction_from_a_bare_encoder_fails_while_planning(workdir, tmp_path):
+def test_prediction_from_a_bare_encoder_fails_while_planning(tiny_project, tmp_path):
     save_model("bert", tmp_path / "encoder", layers=2, width=16)
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config = read_config(tiny_project)
     config["models"] = {"enc": {"source": str(tmp_path / "encoder")}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path, config)
     proc = run_snakemake(tmp_path, "all", check=False)
     assert proc.returncode != 0
     assert "model 'enc' (BertModel) has no decoder head" in proc.stderr
     assert "masked-token prediction" in proc.stderr and "models.enc.predict: false" in proc.stderr
     assert not (tmp_path / "results").exists()
     config["models"]["enc"]["predict"] = False
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    planned = run_snakemake(tmp_path, "all", "-n")
-    assert "decode_predictions" not in planned.stdout and "extract_hidden" in planned.stdout
+    write_config(tmp_path, config)
+    planned_run = run_snakemake(tmp_path, "all", "-n")
+    assert "decode_predictions" not in planned_run.stdout and "extract_hidden" in planned_run.stdout
 
 
-def test_paper_config_plans_offline(tmp_path):
-    (tmp_path / "config.yaml").write_text((ROOT / "config/paper.yaml").read_text())
-    proc = run_snakemake(tmp_path, "all", "-n")
+# --- a config given with --configfile replaces config/config.yaml -----------------------------
+
+DEFAULT_MODELS = {"smollm2", "minilm", "tinybert"}
+DEFAULT_CORPORA = {"news", "wiki"}
+PAPER_MODELS = {
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "bert-base-uncased",
+    "bert-large-uncased",
+}
+PAPER_CORPORA = {"leipzig_news", "leipzig_wiki"}
+REPLACED = "Config file config/config.yaml is replaced by additional config"
+
+
+def with_default_config(workdir):
+    """The repository's config/ (config/config.yaml, the default experiment, and
+    config/paper.yaml) copied into a working directory, as in a clone of the repository."""
+    shutil.copytree(ROOT / "config", workdir / "config")
+    assert (workdir / "config/config.yaml").is_file()
+    return workdir
+
+
+def test_paper_config_plans_offline_and_replaces_the_default(tmp_path):
+    with_default_config(tmp_path)
+    proc = run_snakemake(tmp_path, "all", "-n", configfile=tmp_path / "config/paper.yaml")
     out = proc.stdout + proc.stderr
     for model in ("gpt2", "gpt2-xl", "bert-large-uncased"):
         assert f"model={model}" in out
     assert "download_corpus" in out and "resolve_model" in out
+    assert REPLACED in out
+    # the paper's models and corpora, all of them and nothing of the default experiment
+    assert planned(proc, "model") == PAPER_MODELS
+    assert planned(proc, "corpus") == PAPER_CORPORA
+    for name in DEFAULT_MODELS:
+        assert f"model={name}" not in out and f"results/models/{name}" not in out
+    for name in DEFAULT_CORPORA:
+        assert f"results/corpora/{name}.parquet" not in out
+    assert rules_run(proc)["resolve_model"] == 6 and rules_run(proc)["download_corpus"] == 2
     assert not (tmp_path / "results").exists()
 
 
-def test_report_holds_every_figure_and_table(workdir):
-    run_snakemake(workdir, "all")
-    run_snakemake(workdir, "--report", str(workdir / "report.html"))
-    html = (workdir / "report.html").read_text()
+def test_a_one_model_config_plans_only_that_model(tiny_project, tmp_path):
+    with_default_config(tmp_path)
+    config = read_config(tiny_project)
+    config["models"] = {"gpt": config["models"]["gpt"]}
+    write_config(tmp_path, config)
+    proc = run_snakemake(tmp_path, "all", "-n")
+    assert REPLACED in proc.stdout + proc.stderr
+    assert planned(proc, "model") == {"gpt"}
+    assert planned(proc, "corpus") == {"mini"}
+    assert rules_run(proc)["resolve_model"] == 1 and rules_run(proc)["prepare_corpus"] == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_config_on_the_command_line_still_overrides_the_configfile(tiny_run, tmp_path):
+    """--config sets single keys on top of the config file given with --configfile (which
+    itself replaces config/config.yaml)."""
+    work = with_default_config(copy_run(tiny_run, tmp_path))
+    # the config file alone: the finished tiny run, nothing to do (had config/config.yaml been
+    # merged in, its models would be planned)
+    plain = run_snakemake(work, "all", "-n")
+    assert rules_run(plain) == {}, plain.stderr[-2000:]
+    # one key on the command line: what that key reruns, and only for the config file's models
+    seeded = run_snakemake(work, "all", "-n", "--config", "seed=3")
+    assert rules_run(seeded)["extract_hidden"] == 4
+    assert planned(seeded, "model") == {"gpt", "bert"} and planned(seeded, "corpus") == {"mini"}
+    # a list value: a method added, for the config file's models only
+    more = run_snakemake(work, "all", "-n", "--config", "methods=[id, mat, njtc]")
+    assert rules_run(more)["train_map"] == 2 * 2  # 2 models x source layers 0 and 1
+    assert planned(more, "method") >= {"njtc"} and planned(more, "model") == {"gpt", "bert"}
+    # and it is checked like the file: a bad value is named by its key
+    bad = run_snakemake(work, "all", "-n", "--config", "seed=-1", check=False)
+    out = bad.stdout + bad.stderr  # (a dry run reports the error on stdout)
+    assert bad.returncode != 0 and "config key 'seed': -1 is less than" in out, out[-2000:]
+    assert rules_run(run_snakemake(work, "all", "-n")) == {}
+
+
+# --- the report and the Python API on the finished tiny run -----------------------------------
+
+
+def test_report_holds_every_figure_and_table(tiny_run, tmp_path):
+    workdir = tiny_run
+    run_snakemake(workdir, "--report", str(tmp_path / "report.html"))
+    html = (tmp_path / "report.html").read_text()
     figures = sorted((workdir / "results/figures").rglob("*.png"))
     tables = [
         workdir / f"results/metrics/{model}/mini/{name}"
@@ -427,8 +452,8 @@ def readme_example():
     return text[start : text.index("```", start)]
 
 
-def test_readme_api_example_runs(workdir, tmp_path):
-    run_snakemake(workdir, "all")
+def test_readme_api_example_runs(tiny_run, tmp_path):
+    workdir = tiny_run
     code = readme_example().replace(
         'RESULTS, MODEL, CORPUS = "results", "smollm2", "news"',
         f'RESULTS, MODEL, CORPUS = "{workdir / "results"}", "gpt", "mini"',
@@ -441,14 +466,14 @@ def test_readme_api_example_runs(workdir, tmp_path):
     assert (tmp_path / "lens.png").stat().st_size and (tmp_path / "shared/maps").is_dir()
 
 
-def test_api_reproduces_the_workflow_numbers(workdir, tmp_path):
+def test_api_reproduces_the_workflow_numbers(tiny_run, tmp_path):
     from jtc.api import Lens, ShortcutMismatch, Shortcuts
     from jtc.cli import main
     from jtc.io import read_aligned, read_states
     from jtc.metrics import r2_score
     from jtc.models import load_cached
 
-    run_snakemake(workdir, "all")
+    workdir = tiny_run
     results = workdir / "results"
     exported = Shortcuts.from_results(results, "gpt", "mini", "mat").export(
         tmp_path / "shared", results=results
@@ -521,20 +546,80 @@ def args_for(results):
     return ["--results", str(results), "--model", "gpt", "--corpus", "mini"]
 
 
-def test_bad_config_changes_nothing_in_existing_results(workdir, tmp_path):
-    run_snakemake(workdir, "all")
+def test_bad_config_changes_nothing_in_existing_results(tiny_run, tmp_path):
+    workdir = copy_run(tiny_run, tmp_path / "work")
     before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
     unknown = tmp_path / "t5"
     unknown.mkdir()
     (unknown / "config.json").write_text('{"model_type": "t5", "architectures": ["T5Model"]}')
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config = read_config(workdir)
     config["models"]["t5"] = {"source": str(unknown)}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    cmd = [*SNAKEMAKE, "-s", str(ROOT / "workflow/Snakefile"), "-d", str(workdir), "--cores", "1"]
-    proc = subprocess.run(
-        [*cmd, "all", "--configfile", str(tmp_path / "bad.yaml")], capture_output=True, text=True
-    )
+    proc = run_snakemake(workdir, "all", configfile=tmp_path / "bad.yaml", cores=1, check=False)
     assert proc.returncode != 0
     assert "model 't5': no adapter for architecture 't5'; supported: bert, gpt2" in proc.stderr
     after = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
     assert after == before
+
+
+# --- the smoke experiment: every stage on the real packaged models ----------------------------
+
+SMOKE = ROOT / ".test/config/config.yaml"
+EVERY_STAGE = {
+    "prepare_corpus",
+    "resolve_model",
+    "extract_hidden",
+    "fit_mat",
+    "train_map",
+    "r2_table",
+    "plot_r2",
+    "parameter_table",
+    "decode_predictions",
+    "prediction_table",
+    "plot_prediction",
+    "prediction_examples",
+    "early_exit",
+    "plot_early_exit",
+    "record_parts",
+    "fit_parts",
+    "part_r2_table",
+    "plot_part_r2",
+    "prefix_states",
+    "replace_parts",
+    "submodule_table",
+    "plot_submodules",
+    "all",
+}
+
+
+@pytest.mark.real_model
+def test_smoke_experiment_runs_every_stage(tmp_path):
+    smoke = yaml.safe_load(SMOKE.read_text())
+    shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    assert smoke["models"] == shipped["models"]  # the default experiment's packaged models
+    assert smoke["corpora"] == {"news": shipped["corpora"]["news"]}
+    proc = run_snakemake(tmp_path, "all", configfile=SMOKE, timeout=1800)
+    ran = rules_run(proc)
+    assert EVERY_STAGE <= set(ran), sorted(EVERY_STAGE - set(ran))
+    metrics = tmp_path / "results/metrics"
+    predicting = [m for m, spec in smoke["models"].items() if spec.get("predict", True)]
+    for model in smoke["models"]:
+        r2 = pq.read_table(metrics / f"{model}/news/r2.parquet")
+        assert r2.num_rows and np.isfinite(r2.column("r2").to_numpy()).all(), model
+        methods = set(smoke["methods"]) - ({"tuned_lens"} if model not in predicting else set())
+        assert set(r2.column("method").to_pylist()) == methods, model
+        assert pq.read_table(metrics / f"{model}/news/parameters.parquet").num_rows, model
+    for model in predicting:
+        for name in ("prediction", "early_exit"):
+            table = pq.read_table(metrics / f"{model}/news/{name}.parquet")
+            assert table.num_rows, (model, name)
+            assert set(table.column("method").to_pylist()) == set(smoke["methods"]), (model, name)
+        # (the layers saved by the methods that reach a target accuracy: maybe not all of them)
+        saved = pq.read_table(metrics / f"{model}/news/early_exit_savings.parquet")
+        assert set(saved.column("method").to_pylist()) <= set(smoke["methods"]), model
+        assert "## Sentence" in (metrics / f"{model}/news/examples.md").read_text()
+    for model in smoke["submodules"]["models"]:
+        for name in ("parts_r2", "submodules"):
+            assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
+    for figure in ("r2_mat.png", "prediction.png", "early_exit.png", "submodules.png"):
+        assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from . import paths
 from .io import atomic_dir, read_json, read_table
 from .maps import ShortcutMap, load_map, read_metadata
 
@@ -67,8 +68,7 @@ class Shortcuts:
         cls, results: str | Path, model: str, corpus: str, method: str = "mat"
     ) -> Shortcuts:
         """The maps a workflow run fitted, from its results folder."""
-        results = Path(results)
-        info = read_json(results / "models" / model / "info.json")
+        info = read_json(paths.under(results, paths.MODEL, model=model) / "info.json")
         description = {
             "model": model,
             "corpus": corpus,
@@ -80,8 +80,10 @@ class Shortcuts:
         }
         if method == "id":
             return cls(description)
-        folder = results / "maps" / model / corpus / method
-        files = {s: folder / f"from_{s}.safetensors" for s in range(info["num_layers"])}
+        files = {
+            s: paths.under(results, paths.MAP, model=model, corpus=corpus, method=method, source=s)
+            for s in range(info["num_layers"])
+        }
         missing = [str(p) for p in files.values() if not p.exists()]
         if missing:
             raise FileNotFoundError(
@@ -167,12 +169,11 @@ class Shortcuts:
             meta = read_metadata(self.files[0])
             statistics = {k: meta[k] for k in ("n_train", "solver") if k in meta}
         if results is not None:
-            r2_path = (
-                Path(results)
-                / "metrics"
-                / self.description["model"]
-                / self.description["corpus"]
-                / "r2.parquet"
+            r2_path = paths.under(
+                results,
+                paths.metric("r2.parquet"),
+                model=self.description["model"],
+                corpus=self.description["corpus"],
             )
             if r2_path.exists():
                 rows = read_table(r2_path).to_pylist()
@@ -207,13 +208,13 @@ class Lens:
 
     def __init__(self, model, tokenizer, info: dict[str, Any], shortcuts: list[Shortcuts]):
         from .adapters import get_adapter
-        from .decode import Head
+        from .models import model_head
 
         for shortcut in shortcuts:
             shortcut.check_model(info)
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.adapter = get_adapter(info["architecture"])
-        self.head = Head.from_model(model, self.adapter, info.get("name", "model"))
+        self.head = model_head(model, info, info.get("name", "model"))
         self.shortcuts = {s.method: s for s in shortcuts}
 
     @classmethod
@@ -226,7 +227,7 @@ class Lens:
     ) -> Lens:
         from .models import load_cached
 
-        net, tokenizer, info = load_cached(Path(results) / "models" / model)
+        net, tokenizer, info = load_cached(paths.under(results, paths.MODEL, model=model))
         shortcuts = [Shortcuts.from_results(results, model, corpus, m) for m in methods]
         return cls(net, tokenizer, info, shortcuts)
 

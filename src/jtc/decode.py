@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
@@ -187,3 +188,16 @@ def top_tokens(head: Head, states: np.ndarray, k: int) -> tuple[np.ndarray, np.n
         ids.append(indices.cpu().numpy())
         probs.append(values.exp().cpu().numpy())
     return np.concatenate(ids), np.concatenate(probs)
+
+
+def score_table(method: str, layer: int, sentence_ids: np.ndarray, scores: dict) -> pa.Table:
+    """One row per position: method, layer, sentence_id and the SCORE_COLUMNS of `score`."""
+    n = len(sentence_ids)
+    return pa.table(
+        {
+            "method": pa.array([method] * n, pa.string()),
+            "layer": pa.array(np.full(n, layer), pa.int32()),
+            "sentence_id": pa.array(sentence_ids, pa.int64()),
+            **scores,
+        }
+    )

@@ -1,4 +1,4 @@
-"""Early exit with shortcuts (METHOD.md, "Early exit").
+"""Early exit with shortcuts (docs/method.md, "Early exit").
 
 At each layer l >= min_layer the state is mapped to the last layer and decoded; the confidence
 is the top-1 minus the top-2 probability. A token exits at the first layer whose confidence
@@ -12,6 +12,7 @@ implementation: it runs a model block by block and stops at the first layer that
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,9 @@ from torch import nn
 
 from .adapters import Adapter
 from .decode import Head
+from .io import CorruptFileError, rows_table
+
+log = logging.getLogger(__name__)
 
 # λ from -0.12 (threshold below 0: every token exits at min_layer) to 1.12 (above 1: none does)
 DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))
@@ -151,6 +155,65 @@ def sweep(
         accuracy=(hit[:, low].sum() + gained) / n,
         early_fraction=1.0 - np.searchsorted(finals, lambdas, side="right") / n,
     )
+
+
+def exit_tables(
+    scores: dict[str, pa.Table],
+    positions: pa.Table,
+    last: int,
+    rule: ExitRule,
+    lambdas: np.ndarray,
+    targets: list[float],
+    *,
+    model: str,
+    corpus: str,
+) -> tuple[pa.Table, pa.Table]:
+    """(the λ sweep and fixed exits of every method, SWEEP_COLUMNS; the fewest layers at each
+    target accuracy, SAVINGS_COLUMNS) from each method's per-position scores on the validation
+    `positions`."""
+    common = {"model": model, "corpus": corpus}
+    t = positions.column("position").to_numpy()
+    sweeps, rows = {}, []
+    for method, table in sorted(scores.items()):
+        ids, confidence, correct = layer_arrays(table)
+        if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
+            raise CorruptFileError(
+                f"{method}'s scores: positions differ from the validation states"
+            )
+        result = sweeps[method] = sweep(confidence, correct, t, lambdas, rule)
+        for i, lam in enumerate(result.lambdas):
+            rows.append(
+                {
+                    **common,
+                    "method": method,
+                    "policy": "confidence",
+                    "lambda": float(lam),
+                    "mean_layers": float(result.mean_layers[i]),
+                    "accuracy": float(result.accuracy[i]),
+                    "early_fraction": float(result.early_fraction[i]),
+                }
+            )
+        for layer in range(rule.min_layer, last + 1):
+            rows.append(
+                {
+                    **common,
+                    "method": method,
+                    "policy": "fixed",
+                    "exit_layer": layer,
+                    "mean_layers": float(layer),
+                    "accuracy": float(correct[:, layer].mean()),
+                    "early_fraction": float(layer < last),
+                }
+            )
+        log.info(
+            "%s: %d λ values, accuracy %.3f..%.3f",
+            method,
+            len(lambdas),
+            result.accuracy.min(),
+            result.accuracy.max(),
+        )
+    saved = [{**common, **row} for row in savings(sweeps, last, targets)]
+    return rows_table(rows, SWEEP_COLUMNS), rows_table(saved, SAVINGS_COLUMNS)
 
 
 def savings(sweeps: dict[str, Sweep], last: int, targets: list[float]) -> list[dict]:

@@ -346,3 +346,42 @@ def extract(
     }
     write_json(out_dir / "info.json", summary)
     return summary
+
+
+def record_states(
+    model_dir: str | Path,
+    sentences: str | Path,
+    out: str | Path,
+    *,
+    meta: dict,
+    n: int,
+    seed: int,
+    batch_size: int,
+    max_tokens: int,
+    dtype: str,
+    threads: int,
+    parts: bool,
+) -> dict:
+    """`extract` of the first `n` sentences of split meta["split"] of a sentence table, with
+    a cached model, into the folder `out` (written whole or not at all). The sampling settings
+    (n, seed, batch_size, max_tokens, dtype) are the workflow's extract_hidden params."""
+    from .corpus import select_split
+    from .io import atomic_dir, read_table
+    from .models import load_model
+
+    net, tokenizer, info = load_model(model_dir, threads)
+    table = select_split(read_table(sentences), meta["split"], n, meta["corpus"])
+    with atomic_dir(out) as tmp:
+        return extract(
+            net,
+            tokenizer,
+            info,
+            table,
+            tmp,
+            seed=seed,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            dtype=dtype,
+            meta=meta,
+            parts=parts,
+        )

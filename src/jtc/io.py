@@ -245,3 +245,15 @@ def read_sequences(path: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray
     if not np.array_equal(ids, np.repeat(ids[starts], lengths)):
         raise CorruptFileError(f"{path}: a sentence's positions are interleaved with another's")
     return ids[starts], np.split(states, starts[1:])
+
+
+def read_positions(states_dir: str | os.PathLike) -> tuple[pa.Table, dict[str, Any]]:
+    """A states folder's positions.parquet (sentence_id, position, gold_id, ... per row, in the
+    row order of its layer files) and its info.json, checked against the last layer's rows."""
+    info = read_json(Path(states_dir) / "info.json")
+    positions = read_table(Path(states_dir) / "positions.parquet")
+    # the ids only: the states themselves are read (and checked row by row) by the callers
+    ids = read_table(layer_file(states_dir, info["num_layers"]), ["sentence_id"]).column(0)
+    if not np.array_equal(positions.column("sentence_id").to_numpy(), ids.to_numpy()):
+        raise CorruptFileError(f"{states_dir}: positions.parquet does not match the stored states")
+    return positions, info

@@ -24,6 +24,8 @@ def job_log(path: str | None) -> Iterator[None]:
         old_stderr, sys.stderr = sys.stderr, handle
         try:
             yield
+            loaded = sorted(m for m in sys.modules if m == "jtc" or m.startswith("jtc."))
+            logging.getLogger("jtc").info("jtc modules loaded: %s", " ".join(loaded))
         except BaseException:
             logging.getLogger("jtc").exception("job failed")
             raise

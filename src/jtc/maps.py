@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from .io import CorruptFileError, atomic_path
+from .io import CorruptFileError, atomic_path, rows_table
 
 FORMAT = "jtc-shortcut-v1"
 NORM_PARTS = ("norm.weight", "norm.bias", "norm.running_mean", "norm.running_var")
@@ -172,6 +173,59 @@ def load_map(path: str | Path, target: int) -> ShortcutMap:
     if target not in grouped:
         raise CorruptFileError(f"{path}: holds no map to layer {target}")
     return _to_map(path, grouped[target], meta)
+
+
+def to_last_layer(files: list[str], source: int, states: np.ndarray, last: int) -> np.ndarray:
+    """States of layer `source` mapped to the last layer by a method's map files, one per
+    source layer (none: id, the states as they are)."""
+    if source == last or not files:
+        return states
+    return load_map(files[source], last)(states)
+
+
+PARAMETER_COLUMNS = {
+    "model": pa.string(),
+    "corpus": pa.string(),
+    "method": pa.string(),
+    "hidden_size": pa.int64(),
+    "rank": pa.int64(),
+    "parameters": pa.int64(),  # trained, per map (one layer pair)
+    "buffers": pa.int64(),  # stored but not trained (batch normalisation's running statistics)
+    "share_of_mat": pa.float64(),  # (parameters + buffers) / d²
+}
+
+
+def parameter_table(
+    files: Mapping[str, str | Path], *, num_layers: int, width: int, model: str, corpus: str
+) -> pa.Table:
+    """Parameters of one map per method (`files`: its map file from layer 0, read for the map
+    into the last layer), beside id's none and mat's d²."""
+    common = {"model": model, "corpus": corpus}
+    rows: list[dict[str, object]] = [
+        {
+            **common,
+            "method": "id",
+            "hidden_size": width,
+            "parameters": 0,
+            "buffers": 0,
+            "share_of_mat": 0.0,
+        }
+    ]
+    for method, path in sorted(files.items()):
+        shortcut = load_map(path, num_layers)
+        parameters, buffers = shortcut.parameter_counts()
+        rows.append(
+            {
+                **common,
+                "method": method,
+                "hidden_size": shortcut.width,
+                "rank": shortcut.rank,
+                "parameters": parameters,
+                "buffers": buffers,
+                "share_of_mat": (parameters + buffers) / shortcut.width**2,
+            }
+        )
+    return rows_table(rows, PARAMETER_COLUMNS)
 
 
 def read_metadata(path: str | Path) -> dict[str, object]:

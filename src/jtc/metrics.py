@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pyarrow as pa
+
+from .maps import load_maps
 
 CONSTANT_RTOL = 1e-6
 R2_COLUMNS = ("model", "corpus", "method", "source_layer", "target_layer", "r2")
@@ -36,3 +40,28 @@ def r2_table(rows: list[tuple[str, str, str, int, int, float]]) -> pa.Table:
     return pa.table(
         {name: pa.array(col, t) for name, col, t in zip(R2_COLUMNS, columns, types, strict=True)}
     )
+
+
+def layer_r2_table(
+    states: Sequence[np.ndarray], maps: Mapping[str, Sequence[str]], *, model: str, corpus: str
+) -> pa.Table:
+    """r² of every method on the layer pairs it maps, from the states h_0..h_L of the same rows.
+
+    `maps` gives, per method, its map files (one per source layer, in order): a fitted method
+    scores the pairs its files hold (a trained method may fit only the maps into the last
+    layer); a method with no files is id, scored on every pair l < l'."""
+    n_layers = len(states) - 1
+    rows = []
+    for method in sorted(maps):
+        files = maps[method]
+        for source in range(n_layers):
+            if files:
+                fitted = load_maps(files[source])
+            else:
+                fitted = dict.fromkeys(range(source + 1, n_layers + 1))
+            for target, shortcut in fitted.items():
+                predicted = states[source] if shortcut is None else shortcut(states[source])
+                rows.append(
+                    (model, corpus, method, source, target, r2_score(states[target], predicted))
+                )
+    return r2_table(rows)

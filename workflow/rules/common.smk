@@ -1,4 +1,5 @@
-import hashlib
+# What the other .smk files share: the checked config, the targets of `all`, the input functions
+# (which read a resolved model's info.json), resources, and the code hash of each job.
 import json
 import re
 import sys
@@ -6,13 +7,14 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from jtc.adapters import UnsupportedArchitecture, missing_head_message, part_adapter
-from jtc.config import ConfigError, layer_problem
+from jtc import paths
+from jtc.config import ConfigError
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
-from jtc.parts import VARIANTS, jump_layers, jump_problem
-from jtc.planning import checked_config
+from jtc.parts import VARIANTS, jump_layers
+from jtc.planning import checked_config, resolved_problem
 from jtc.resources import Shape, memory_mb, runtime_minutes
+from jtc.tracking import code_hash as _code_hash
 
 try:
     _checked = checked_config(config, workflow.configfiles)
@@ -22,7 +24,8 @@ config.clear()
 config.update(_checked)
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
-# so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last jobs)
+# so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
+# jobs)
 if workflow.is_main_process:
     for _lock in clear_stale_locks():
         print(
@@ -30,7 +33,6 @@ if workflow.is_main_process:
             file=sys.stderr,
         )
 
-PACKAGE = Path(SRC) / "jtc"
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
 METHODS = list(config["methods"])
@@ -56,19 +58,17 @@ wildcard_constraints:
     jump=r"\d+",
 
 
-def code_hash(*modules):
-    """Hash of the package modules a stage runs, so that editing them reruns the stage."""
-    digest = hashlib.sha256()
-    for module in ("io", "logs", "pipeline", *modules):
-        digest.update((PACKAGE / f"{module}.py").read_bytes())
-    return digest.hexdigest()[:16]
+def code_hash(rule):
+    """Hash of the code a rule's job runs: its script workflow/scripts/<rule>.py and every jtc
+    module that script can load (jtc.tracking), so that editing them reruns the rule."""
+    return _code_hash(SRC, Path(workflow.basedir, "scripts", f"{rule}.py"))
 
 
 def _shape(wildcards, split):
     """The model's shape once it is cached (a large default before), and the sentences read."""
     split = getattr(wildcards, "split", split)
     return Shape.of(
-        f"results/models/{wildcards.model}",
+        paths.MODEL.format(model=wildcards.model),
         config["sizes"][split],
         config["max_tokens"],
     )
@@ -110,48 +110,16 @@ def num_layers(model):
     return model_info(model)["num_layers"]
 
 
-def predicting_model_dir(model):
-    """The cached model, refused (while planning) when it has no decoder head."""
-    info = model_info(model)
-    if not info["has_lm_head"]:
-        raise WorkflowError(
-            missing_head_message(model, info["task"], info["model_class"])
-        )
-    return model_dir(model)
-
-
-def part_model_dir(model):
-    """The cached model, refused (while planning) when its architecture has no block-part
-    adapter or a configured jump layer is beyond its depth."""
-    info = model_info(model)
-    try:
-        part_adapter(info["architecture"])
-    except UnsupportedArchitecture as err:
-        raise WorkflowError(f"model '{model}': {err}") from None
-    problem = jump_problem(model, info["num_layers"], SUBMODULES["jump_layers"])
-    if problem:
-        raise WorkflowError(f"invalid configuration: {problem}")
-    return predicting_model_dir(model)
-
-
-def submodule_table_inputs(wildcards):
-    """Every (variant, jump layer) run, and id's and mat's prediction scores beside them."""
-    jumps = jump_layers(
-        SUBMODULES["jump_layers"],
-        SUBMODULES["jump_stride"],
-        num_layers(wildcards.model),
+def checked_model_dir(model, predict=False, parts=False):
+    """The cached model, refused (while planning) when it cannot do what the config asks of
+    it: predict (a decoder head, the configured layers), sub-modules (block parts, jump
+    layers)."""
+    problem = resolved_problem(
+        model, model_info(model), config, predict=predict, parts=parts
     )
-    folder = f"results/submodules/{wildcards.model}/{wildcards.corpus}"
-    inputs = {
-        variant: expand(f"{folder}/{variant}/jump_{{jump}}.parquet", jump=jumps)
-        for variant in SUBMODULES["variants"]
-    }
-    for method in ("id", "mat"):
-        if method in METHODS:
-            inputs[method] = (
-                f"results/predictions/{wildcards.model}/{wildcards.corpus}/{method}.parquet"
-            )
-    return inputs
+    if problem:
+        raise WorkflowError(problem)
+    return model_dir(model)
 
 
 def methods_for(model):
@@ -159,19 +127,12 @@ def methods_for(model):
     return [m for m in METHODS if applicable(m, config["models"][model]["predict"])]
 
 
-def train_inputs(wildcards):
-    inputs = {"train": f"results/hidden/{wildcards.model}/{wildcards.corpus}/train"}
-    if METHOD_SPECS[wildcards.method].needs_head:
-        inputs["model"] = predicting_model_dir(wildcards.model)
-    return inputs
-
-
 def map_files(model, corpus, method):
     """The map files of a fitted method, one per source layer; none for id."""
     if method == "id":
         return []
     return expand(
-        "results/maps/{model}/{corpus}/{method}/from_{source}.safetensors",
+        paths.MAP,
         model=model,
         corpus=corpus,
         method=method,
@@ -183,55 +144,55 @@ def get_final_output():
     targets = []
     for model in MODELS:
         for corpus in CORPORA:
+            done = dict(model=model, corpus=corpus)
             # the hidden states are a product of their own (and listing them lets a dry run
             # show every stage before the resolve_model checkpoint has run)
-            targets += expand(
-                "results/hidden/{model}/{corpus}/{split}",
-                model=model,
-                corpus=corpus,
-                split=["train", "validation"],
+            targets += expand(paths.HIDDEN, **done, split=["train", "validation"])
+            names = ["r2.parquet", "parameters.parquet"]
+            figures = expand(
+                "r2_{method}.{ext}", method=methods_for(model), ext=["png", "pdf"]
             )
-            targets.append(f"results/metrics/{model}/{corpus}/r2.parquet")
-            targets += expand(
-                "results/figures/{model}/{corpus}/r2_{method}.{ext}",
-                model=model,
-                corpus=corpus,
-                method=methods_for(model),
-                ext=["png", "pdf"],
-            )
-            targets.append(f"results/metrics/{model}/{corpus}/parameters.parquet")
             if model in PREDICTING:
-                targets += [
-                    f"results/metrics/{model}/{corpus}/prediction.parquet",
-                    f"results/metrics/{model}/{corpus}/examples.md",
-                    f"results/figures/{model}/{corpus}/prediction.png",
-                    f"results/metrics/{model}/{corpus}/early_exit_savings.parquet",
-                    f"results/figures/{model}/{corpus}/early_exit.png",
+                names += [
+                    "prediction.parquet",
+                    "examples.md",
+                    "early_exit_savings.parquet",
                 ]
+                figures += ["prediction.png", "early_exit.png"]
             if model in SUBMODULES["models"] and corpus in SUBMODULE_CORPORA:
-                targets += [
-                    f"results/metrics/{model}/{corpus}/parts_r2.parquet",
-                    f"results/figures/{model}/{corpus}/parts_r2.png",
-                    f"results/metrics/{model}/{corpus}/submodules.parquet",
-                    f"results/figures/{model}/{corpus}/submodules.png",
-                ]
+                names += ["parts_r2.parquet", "submodules.parquet"]
+                figures += ["parts_r2.png", "submodules.png"]
+            targets += [paths.metric(n).format(**done) for n in names]
+            targets += [paths.figure(f).format(**done) for f in figures]
     return targets
+
+
+def hidden(wildcards, split):
+    """The states folder of a split, for the job's model and corpus."""
+    return paths.HIDDEN.format(
+        model=wildcards.model, corpus=wildcards.corpus, split=split
+    )
 
 
 def corpus_inputs(wildcards):
     spec = config["corpora"][wildcards.corpus]
     if spec["source"] == "leipzig":
-        return {"archive": f"data/downloads/{wildcards.corpus}.tar.gz"}
+        return {"archive": paths.DOWNLOAD.format(corpus=wildcards.corpus)}
     if spec["source"] == "text_file":
         return {"text": spec["path"]}
     return {}
 
 
+def train_inputs(wildcards):
+    inputs = {"train": hidden(wildcards, "train")}
+    if METHOD_SPECS[wildcards.method].needs_head:
+        inputs["model"] = checked_model_dir(wildcards.model, predict=True)
+    return inputs
+
+
 def r2_inputs(wildcards):
     """Validation states, plus every map file of each fitted method (one per source layer)."""
-    inputs = {
-        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
-    }
+    inputs = {"validation": hidden(wildcards, "validation")}
     for method in methods_for(wildcards.model):
         if method != "id":
             inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
@@ -250,37 +211,59 @@ def parameter_inputs(wildcards):
 
 def decode_inputs(wildcards):
     return {
-        "model": predicting_model_dir(wildcards.model),
-        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation",
+        "model": checked_model_dir(wildcards.model, predict=True),
+        "validation": hidden(wildcards, "validation"),
         "maps": map_files(wildcards.model, wildcards.corpus, wildcards.method),
     }
 
 
 def examples_inputs(wildcards):
-    """Like decode_inputs, for every method; checks the configured example layers."""
-    problem = layer_problem(wildcards.model, num_layers(wildcards.model), config)
-    if problem:
-        raise WorkflowError(f"invalid configuration: {problem}")
+    """Like decode_inputs, for every method, and the sentences."""
     inputs = {
-        "model": predicting_model_dir(wildcards.model),
-        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation",
-        "sentences": f"results/corpora/{wildcards.corpus}.parquet",
+        "model": checked_model_dir(wildcards.model, predict=True),
+        "validation": hidden(wildcards, "validation"),
+        "sentences": paths.CORPUS.format(corpus=wildcards.corpus),
     }
     for method in MAP_METHODS:
         inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
     return inputs
 
 
+def scores_of(wildcards, methods):
+    """The per-position prediction scores of these methods."""
+    return {
+        m: paths.SCORES.format(model=wildcards.model, corpus=wildcards.corpus, method=m)
+        for m in methods
+    }
+
+
 def early_exit_inputs(wildcards):
     """Every method's per-position scores and the validation states; checks min_layer."""
-    problem = layer_problem(wildcards.model, num_layers(wildcards.model), config)
-    if problem:
-        raise WorkflowError(f"invalid configuration: {problem}")
-    inputs = {
-        "validation": f"results/hidden/{wildcards.model}/{wildcards.corpus}/validation"
+    checked_model_dir(wildcards.model, predict=True)
+    return {
+        "validation": hidden(wildcards, "validation"),
+        **scores_of(wildcards, METHODS),
     }
-    for method in METHODS:
-        inputs[method] = (
-            f"results/predictions/{wildcards.model}/{wildcards.corpus}/{method}.parquet"
+
+
+def submodule_table_inputs(wildcards):
+    """Every (variant, jump layer) run, and id's and mat's prediction scores beside them."""
+    jumps = jump_layers(
+        SUBMODULES["jump_layers"],
+        SUBMODULES["jump_stride"],
+        num_layers(wildcards.model),
+    )
+    inputs = {
+        variant: expand(
+            paths.REPLACED,
+            model=wildcards.model,
+            corpus=wildcards.corpus,
+            variant=variant,
+            jump=jumps,
         )
-    return inputs
+        for variant in SUBMODULES["variants"]
+    }
+    return {
+        **inputs,
+        **scores_of(wildcards, [m for m in ("id", "mat") if m in METHODS]),
+    }

@@ -1,6 +1,6 @@
 rule download_corpus:
     output:
-        "data/downloads/{corpus}.tar.gz",
+        paths.DOWNLOAD,
     log:
         "logs/download_corpus/{corpus}.log",
     conda:
@@ -16,7 +16,7 @@ rule prepare_corpus:
     input:
         unpack(corpus_inputs),
     output:
-        "results/corpora/{corpus}.parquet",
+        paths.CORPUS,
     log:
         "logs/prepare_corpus/{corpus}.log",
     benchmark:
@@ -27,6 +27,6 @@ rule prepare_corpus:
         spec=lambda w: config["corpora"][w.corpus],
         seed=config["seed"],
         validation_fraction=config["validation_fraction"],
-        code=code_hash("corpus"),
+        code=code_hash("prepare_corpus"),
     script:
         "../scripts/prepare_corpus.py"

@@ -2,17 +2,17 @@ rule early_exit:
     input:
         unpack(early_exit_inputs),
     output:
-        sweep="results/metrics/{model}/{corpus}/early_exit.parquet",
+        sweep=paths.metric("early_exit.parquet"),
         sweep_csv=report(
-            "results/metrics/{model}/{corpus}/early_exit.csv",
+            paths.metric("early_exit.csv"),
             caption="../report/early_exit_table.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"table": "early exit: λ sweep and fixed exits"},
         ),
-        savings="results/metrics/{model}/{corpus}/early_exit_savings.parquet",
+        savings=paths.metric("early_exit_savings.parquet"),
         savings_csv=report(
-            "results/metrics/{model}/{corpus}/early_exit_savings.csv",
+            paths.metric("early_exit_savings.csv"),
             caption="../report/early_exit_savings.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -32,28 +32,28 @@ rule early_exit:
         decay_weight=config["early_exit"]["decay_weight"],
         min_layer=config["early_exit"]["min_layer"],
         targets=config["early_exit"]["targets"],
-        code=code_hash("early_exit", "decode", "adapters"),
+        code=code_hash("early_exit"),
     script:
         "../scripts/early_exit.py"
 
 
 rule plot_early_exit:
     input:
-        "results/metrics/{model}/{corpus}/early_exit.parquet",
+        paths.metric("early_exit.parquet"),
     output:
         png=report(
-            "results/figures/{model}/{corpus}/early_exit.png",
+            paths.figure("early_exit.png"),
             caption="../report/early_exit.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"figure": "early exit"},
         ),
-        pdf="results/figures/{model}/{corpus}/early_exit.pdf",
+        pdf=paths.figure("early_exit.pdf"),
     log:
         "logs/plot_early_exit/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("plots"),
+        code=code_hash("plot_early_exit"),
     script:
         "../scripts/plot_early_exit.py"

@@ -1,8 +1,8 @@
 rule fit_mat:
     input:
-        "results/hidden/{model}/{corpus}/train",
+        paths.fill(paths.HIDDEN, split="train"),
     output:
-        "results/maps/{model}/{corpus}/mat/from_{source}.safetensors",
+        paths.fill(paths.MAP, method="mat"),
     log:
         "logs/fit_mat/{model}/{corpus}/from_{source}.log",
     benchmark:
@@ -14,7 +14,7 @@ rule fit_mat:
         mem_mb=mem_mb("fit_mat"),
         runtime=runtime("fit_mat"),
     params:
-        code=code_hash("fit", "maps"),
+        code=code_hash("fit_mat"),
     script:
         "../scripts/fit_mat.py"
 
@@ -23,7 +23,7 @@ rule train_map:
     input:
         unpack(train_inputs),
     output:
-        "results/maps/{model}/{corpus}/{method}/from_{source}.safetensors",
+        paths.MAP,
     log:
         "logs/train_map/{model}/{corpus}/{method}/from_{source}.log",
     benchmark:
@@ -39,6 +39,6 @@ rule train_map:
     params:
         settings=lambda w: config["training"][w.method],
         seed=config["seed"],
-        code=code_hash("maps", "train", "decode", "adapters", "models"),
+        code=code_hash("train_map"),
     script:
         "../scripts/train_map.py"

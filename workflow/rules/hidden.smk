@@ -1,9 +1,9 @@
 rule extract_hidden:
     input:
-        model="results/models/{model}",
-        sentences="results/corpora/{corpus}.parquet",
+        model=paths.MODEL,
+        sentences=paths.CORPUS,
     output:
-        directory("results/hidden/{model}/{corpus}/{split}"),
+        directory(paths.HIDDEN),
     log:
         "logs/extract_hidden/{model}/{corpus}/{split}.log",
     benchmark:
@@ -20,7 +20,6 @@ rule extract_hidden:
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         dtype=config["storage_dtype"],
-        parts=False,
-        code=code_hash("corpus", "models", "adapters", "extract"),
+        code=code_hash("extract_hidden"),
     script:
         "../scripts/extract_hidden.py"

@@ -2,9 +2,9 @@ rule r2_table:
     input:
         unpack(r2_inputs),
     output:
-        table="results/metrics/{model}/{corpus}/r2.parquet",
+        table=paths.metric("r2.parquet"),
         csv=report(
-            "results/metrics/{model}/{corpus}/r2.csv",
+            paths.metric("r2.csv"),
             caption="../report/r2_table.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -22,29 +22,29 @@ rule r2_table:
         runtime=runtime("r2_table", "validation"),
     params:
         methods=lambda w: methods_for(w.model),
-        code=code_hash("maps", "metrics"),
+        code=code_hash("r2_table"),
     script:
         "../scripts/r2_table.py"
 
 
 rule plot_r2:
     input:
-        "results/metrics/{model}/{corpus}/r2.parquet",
+        paths.metric("r2.parquet"),
     output:
         png=report(
-            "results/figures/{model}/{corpus}/r2_{method}.png",
+            paths.figure("r2_{method}.png"),
             caption="../report/r2_heatmap.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"figure": "r² heatmap", "method": "{method}"},
         ),
-        pdf="results/figures/{model}/{corpus}/r2_{method}.pdf",
+        pdf=paths.figure("r2_{method}.pdf"),
     log:
         "logs/plot_r2/{model}/{corpus}/{method}.log",
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("plots"),
+        code=code_hash("plot_r2"),
     script:
         "../scripts/plot_r2.py"
 
@@ -53,9 +53,9 @@ rule parameter_table:
     input:
         unpack(parameter_inputs),
     output:
-        table="results/metrics/{model}/{corpus}/parameters.parquet",
+        table=paths.metric("parameters.parquet"),
         csv=report(
-            "results/metrics/{model}/{corpus}/parameters.csv",
+            paths.metric("parameters.csv"),
             caption="../report/parameter_table.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -66,6 +66,6 @@ rule parameter_table:
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("maps"),
+        code=code_hash("parameter_table"),
     script:
         "../scripts/parameter_table.py"

@@ -1,6 +1,6 @@
 checkpoint resolve_model:
     output:
-        directory("results/models/{model}"),
+        directory(paths.MODEL),
     log:
         "logs/resolve_model/{model}.log",
     benchmark:
@@ -12,6 +12,6 @@ checkpoint resolve_model:
         runtime=runtime("resolve_model"),
     params:
         spec=lambda w: config["models"][w.model],
-        code=code_hash("models", "adapters"),
+        code=code_hash("resolve_model"),
     script:
         "../scripts/resolve_model.py"

@@ -2,7 +2,7 @@ rule decode_predictions:
     input:
         unpack(decode_inputs),
     output:
-        "results/predictions/{model}/{corpus}/{method}.parquet",
+        paths.SCORES,
     log:
         "logs/decode_predictions/{model}/{corpus}/{method}.log",
     benchmark:
@@ -15,21 +15,18 @@ rule decode_predictions:
         runtime=runtime("decode_predictions", "validation"),
     params:
         top_k=max(config["prediction"]["top_k"]),
-        code=code_hash("adapters", "models", "maps", "decode"),
+        code=code_hash("decode_predictions"),
     script:
         "../scripts/decode_predictions.py"
 
 
 rule prediction_table:
     input:
-        expand(
-            "results/predictions/{{model}}/{{corpus}}/{method}.parquet",
-            method=METHODS,
-        ),
+        expand(paths.SCORES, method=METHODS, allow_missing=True),
     output:
-        table="results/metrics/{model}/{corpus}/prediction.parquet",
+        table=paths.metric("prediction.parquet"),
         csv=report(
-            "results/metrics/{model}/{corpus}/prediction.csv",
+            paths.metric("prediction.csv"),
             caption="../report/prediction_table.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -45,29 +42,29 @@ rule prediction_table:
         bootstrap=config["prediction"]["bootstrap"],
         level=config["prediction"]["confidence_level"],
         seed=config["seed"],
-        code=code_hash("prediction"),
+        code=code_hash("prediction_table"),
     script:
         "../scripts/prediction_table.py"
 
 
 rule plot_prediction:
     input:
-        "results/metrics/{model}/{corpus}/prediction.parquet",
+        paths.metric("prediction.parquet"),
     output:
         png=report(
-            "results/figures/{model}/{corpus}/prediction.png",
+            paths.figure("prediction.png"),
             caption="../report/prediction.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"figure": "prediction by layer"},
         ),
-        pdf="results/figures/{model}/{corpus}/prediction.pdf",
+        pdf=paths.figure("prediction.pdf"),
     log:
         "logs/plot_prediction/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("plots"),
+        code=code_hash("plot_prediction"),
     script:
         "../scripts/plot_prediction.py"
 
@@ -76,10 +73,10 @@ rule prediction_examples:
     input:
         unpack(examples_inputs),
     output:
-        table="results/metrics/{model}/{corpus}/examples.parquet",
-        csv="results/metrics/{model}/{corpus}/examples.csv",
+        table=paths.metric("examples.parquet"),
+        csv=paths.metric("examples.csv"),
         markdown=report(
-            "results/metrics/{model}/{corpus}/examples.md",
+            paths.metric("examples.md"),
             caption="../report/examples.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -97,6 +94,6 @@ rule prediction_examples:
         methods=METHODS,
         examples=config["prediction"]["examples"],
         layers=config["prediction"]["example_layers"],
-        code=code_hash("adapters", "models", "maps", "decode", "examples", "extract"),
+        code=code_hash("prediction_examples"),
     script:
         "../scripts/prediction_examples.py"

@@ -1,16 +1,16 @@
-# Linear shortcuts across sub-modules (README, "Sub-module shortcuts"): record every block
-# part's input and output, fit a map per (block, part), and run the model with a part
-# replaced in every block after a jump layer. Each (model, corpus, variant, jump) is its own
-# job; the states below a jump layer are computed once per jump layer and shared by the
-# variants (temporary files, removed once every variant has run).
+# Linear shortcuts across sub-modules (docs/method.md): record every block part's input and
+# output, fit a map per (block, part), and run the model with a part replaced in every block
+# after a jump layer. Each (model, corpus, variant, jump) is its own job; the states below a
+# jump layer are computed once per jump layer and shared by the variants (temporary files,
+# removed once every variant has run).
 
 
 rule record_parts:
     input:
-        model=lambda w: part_model_dir(w.model),
-        sentences="results/corpora/{corpus}.parquet",
+        model=lambda w: checked_model_dir(w.model, parts=True),
+        sentences=paths.CORPUS,
     output:
-        directory("results/parts/{model}/{corpus}/{split}"),
+        directory(paths.PARTS),
     log:
         "logs/record_parts/{model}/{corpus}/{split}.log",
     benchmark:
@@ -27,17 +27,16 @@ rule record_parts:
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         dtype=config["storage_dtype"],
-        parts=True,
-        code=code_hash("corpus", "models", "adapters", "extract"),
+        code=code_hash("record_parts"),
     script:
-        "../scripts/extract_hidden.py"
+        "../scripts/record_parts.py"
 
 
 rule fit_parts:
     input:
-        "results/parts/{model}/{corpus}/train",
+        paths.fill(paths.PARTS, split="train"),
     output:
-        "results/maps/{model}/{corpus}/parts.safetensors",
+        paths.PART_MAPS,
     log:
         "logs/fit_parts/{model}/{corpus}.log",
     benchmark:
@@ -49,19 +48,19 @@ rule fit_parts:
         mem_mb=mem_mb("fit_parts"),
         runtime=runtime("fit_parts"),
     params:
-        code=code_hash("parts", "fit", "maps", "part_stages"),
+        code=code_hash("fit_parts"),
     script:
         "../scripts/fit_parts.py"
 
 
 rule part_r2_table:
     input:
-        validation="results/parts/{model}/{corpus}/validation",
-        maps="results/maps/{model}/{corpus}/parts.safetensors",
+        validation=paths.fill(paths.PARTS, split="validation"),
+        maps=paths.PART_MAPS,
     output:
-        table="results/metrics/{model}/{corpus}/parts_r2.parquet",
+        table=paths.metric("parts_r2.parquet"),
         csv=report(
-            "results/metrics/{model}/{corpus}/parts_r2.csv",
+            paths.metric("parts_r2.csv"),
             caption="../report/parts_r2_table.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -72,40 +71,40 @@ rule part_r2_table:
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("parts", "maps", "metrics", "part_stages"),
+        code=code_hash("part_r2_table"),
     script:
         "../scripts/part_r2_table.py"
 
 
 rule plot_part_r2:
     input:
-        "results/metrics/{model}/{corpus}/parts_r2.parquet",
+        paths.metric("parts_r2.parquet"),
     output:
         png=report(
-            "results/figures/{model}/{corpus}/parts_r2.png",
+            paths.figure("parts_r2.png"),
             caption="../report/parts_r2.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"figure": "r² of every block part"},
         ),
-        pdf="results/figures/{model}/{corpus}/parts_r2.pdf",
+        pdf=paths.figure("parts_r2.pdf"),
     log:
         "logs/plot_part_r2/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("plots", "part_stages"),
+        code=code_hash("plot_part_r2"),
     script:
         "../scripts/plot_part_r2.py"
 
 
 rule prefix_states:
     input:
-        model=lambda w: part_model_dir(w.model),
-        sentences="results/corpora/{corpus}.parquet",
-        validation="results/hidden/{model}/{corpus}/validation",
+        model=lambda w: checked_model_dir(w.model, parts=True),
+        sentences=paths.CORPUS,
+        validation=paths.fill(paths.HIDDEN, split="validation"),
     output:
-        temp("results/submodules/{model}/{corpus}/prefix/jump_{jump}.parquet"),
+        temp(paths.PREFIX),
     log:
         "logs/prefix_states/{model}/{corpus}/jump_{jump}.log",
     benchmark:
@@ -119,19 +118,19 @@ rule prefix_states:
     params:
         sentences=config["submodules"]["sentences"],
         batch_size=config["batch_size"],
-        code=code_hash("adapters", "models", "extract", "replace", "part_stages"),
+        code=code_hash("prefix_states"),
     script:
         "../scripts/prefix_states.py"
 
 
 rule replace_parts:
     input:
-        model=lambda w: part_model_dir(w.model),
-        validation="results/hidden/{model}/{corpus}/validation",
-        prefix="results/submodules/{model}/{corpus}/prefix/jump_{jump}.parquet",
-        maps="results/maps/{model}/{corpus}/parts.safetensors",
+        model=lambda w: checked_model_dir(w.model, parts=True),
+        validation=paths.fill(paths.HIDDEN, split="validation"),
+        prefix=paths.PREFIX,
+        maps=paths.PART_MAPS,
     output:
-        "results/submodules/{model}/{corpus}/{variant}/jump_{jump}.parquet",
+        paths.REPLACED,
     log:
         "logs/replace_parts/{model}/{corpus}/{variant}/jump_{jump}.log",
     benchmark:
@@ -146,16 +145,7 @@ rule replace_parts:
         parts=lambda w: VARIANTS[w.variant],
         top_k=max(config["prediction"]["top_k"]),
         batch_size=config["batch_size"],
-        code=code_hash(
-            "adapters",
-            "models",
-            "extract",
-            "replace",
-            "maps",
-            "decode",
-            "parts",
-            "part_stages",
-        ),
+        code=code_hash("replace_parts"),
     script:
         "../scripts/replace_parts.py"
 
@@ -164,9 +154,9 @@ rule submodule_table:
     input:
         unpack(submodule_table_inputs),
     output:
-        table="results/metrics/{model}/{corpus}/submodules.parquet",
+        table=paths.metric("submodules.parquet"),
         csv=report(
-            "results/metrics/{model}/{corpus}/submodules.csv",
+            paths.metric("submodules.csv"),
             caption="../report/submodules_table.rst",
             category="{model}",
             subcategory="{corpus}",
@@ -182,28 +172,28 @@ rule submodule_table:
         bootstrap=config["prediction"]["bootstrap"],
         level=config["prediction"]["confidence_level"],
         seed=config["seed"],
-        code=code_hash("prediction", "part_stages"),
+        code=code_hash("submodule_table"),
     script:
         "../scripts/submodule_table.py"
 
 
 rule plot_submodules:
     input:
-        "results/metrics/{model}/{corpus}/submodules.parquet",
+        paths.metric("submodules.parquet"),
     output:
         png=report(
-            "results/figures/{model}/{corpus}/submodules.png",
+            paths.figure("submodules.png"),
             caption="../report/submodules.rst",
             category="{model}",
             subcategory="{corpus}",
             labels={"figure": "parts replaced after a jump layer"},
         ),
-        pdf="results/figures/{model}/{corpus}/submodules.pdf",
+        pdf=paths.figure("submodules.pdf"),
     log:
         "logs/plot_submodules/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
     params:
-        code=code_hash("plots", "part_stages"),
+        code=code_hash("plot_submodules"),
     script:
         "../scripts/plot_submodules.py"

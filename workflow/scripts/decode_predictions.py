@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import decode_predictions
+from jtc.stages.prediction import decode_predictions
 
 with job_log(snakemake.log[0]):
     decode_predictions(

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import download_corpus
+from jtc.stages.corpora import download_corpus
 
 with job_log(snakemake.log[0]):
     download_corpus(snakemake.params.url, snakemake.params.sha256, snakemake.output[0])

@@ -1,9 +1,9 @@
 from jtc.logs import job_log
-from jtc.pipeline import early_exit_tables
+from jtc.stages.early_exit import early_exit
 
 p = snakemake.params
 with job_log(snakemake.log[0]):
-    early_exit_tables(
+    early_exit(
         {m: snakemake.input[m] for m in p.methods},
         snakemake.input.validation,
         snakemake.output.sweep,

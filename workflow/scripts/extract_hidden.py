@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import extract_hidden
+from jtc.stages.hidden import extract_hidden
 
 p = snakemake.params
 with job_log(snakemake.log[0]):
@@ -16,5 +16,4 @@ with job_log(snakemake.log[0]):
         max_tokens=p.max_tokens,
         dtype=p.dtype,
         threads=snakemake.threads,
-        parts=p.parts,
     )

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import fit_mat
+from jtc.stages.fit import fit_mat
 
 with job_log(snakemake.log[0]):
     fit_mat(

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.part_stages import fit_parts
+from jtc.stages.submodules import fit_parts
 
 with job_log(snakemake.log[0]):
     fit_parts(

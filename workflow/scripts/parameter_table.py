@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import parameter_table
+from jtc.stages.metrics import parameter_table
 
 with job_log(snakemake.log[0]):
     parameter_table(

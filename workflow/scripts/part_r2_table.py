@@ -1,8 +1,8 @@
 from jtc.logs import job_log
-from jtc.part_stages import part_r2
+from jtc.stages.submodules import part_r2_table
 
 with job_log(snakemake.log[0]):
-    part_r2(
+    part_r2_table(
         snakemake.input.validation,
         snakemake.input.maps,
         snakemake.output.table,

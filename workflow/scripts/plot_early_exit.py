@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import plot_early_exit
+from jtc.stages.early_exit import plot_early_exit
 
 with job_log(snakemake.log[0]):
     plot_early_exit(

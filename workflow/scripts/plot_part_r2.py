@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.part_stages import plot_part_r2
+from jtc.stages.submodules import plot_part_r2
 
 with job_log(snakemake.log[0]):
     plot_part_r2(

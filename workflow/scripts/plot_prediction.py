@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import plot_prediction
+from jtc.stages.prediction import plot_prediction
 
 with job_log(snakemake.log[0]):
     plot_prediction(

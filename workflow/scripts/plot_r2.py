@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import plot_r2
+from jtc.stages.metrics import plot_r2
 
 with job_log(snakemake.log[0]):
     plot_r2(

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import prediction_examples
+from jtc.stages.prediction import prediction_examples
 
 p = snakemake.params
 with job_log(snakemake.log[0]):

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import prediction_table
+from jtc.stages.prediction import prediction_table
 
 p = snakemake.params
 with job_log(snakemake.log[0]):

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.part_stages import prefix_states
+from jtc.stages.submodules import prefix_states
 
 p = snakemake.params
 with job_log(snakemake.log[0]):

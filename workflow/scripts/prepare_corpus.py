@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import prepare_corpus
+from jtc.stages.corpora import prepare_corpus
 
 with job_log(snakemake.log[0]):
     prepare_corpus(

@@ -1,8 +1,8 @@
 from jtc.logs import job_log
-from jtc.pipeline import r2_metrics
+from jtc.stages.metrics import r2_table
 
 with job_log(snakemake.log[0]):
-    r2_metrics(
+    r2_table(
         snakemake.input.validation,
         {m: list(snakemake.input.get(m, [])) for m in snakemake.params.methods},
         snakemake.output.table,

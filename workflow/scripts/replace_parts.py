@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.part_stages import replace_parts
+from jtc.stages.submodules import replace_parts
 
 p = snakemake.params
 with job_log(snakemake.log[0]):

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.part_stages import submodule_table
+from jtc.stages.submodules import submodule_table
 
 p = snakemake.params
 with job_log(snakemake.log[0]):

@@ -1,5 +1,5 @@
 from jtc.logs import job_log
-from jtc.pipeline import train_map
+from jtc.stages.fit import train_map
 
 with job_log(snakemake.log[0]):
     p = snakemake.params

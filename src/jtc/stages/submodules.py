@@ -1,52 +1,70 @@
-"""The workflow's sub-module stages (README, "Sub-module shortcuts"), as plain functions like
-jtc.pipeline's: fit a map per (block, part), its r², the states below each jump layer, the
-replaced runs and their table."""
+"""Stages of workflow/rules/submodules.smk, linear shortcuts across sub-modules: record every
+block part's input and output, fit a map per (block, part) and score it, compute the states
+below each jump layer, run the model with parts replaced after it, and tabulate the runs."""
 
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from threadpoolctl import threadpool_limits
-
-from . import parts as parts_lib
-from .io import (
-    CorruptFileError,
-    read_aligned,
-    read_json,
-    read_sequences,
-    read_table,
-    write_sequences,
-    write_table,
-)
-from .maps import load_part_maps, save_part_maps
-from .pipeline import load_model, validation_positions, write_summary
 
 log = logging.getLogger(__name__)
 
 
+def record_parts(
+    model_dir: str,
+    sentences: str,
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    split: str,
+    threads: int,
+    **sampling: int | str,
+) -> None:
+    """The input and output of every block part at the positions extract_hidden draws (same
+    sentences, same positions), one Parquet file per (block, part, side)."""
+    from ..extract import record_states
+
+    record_states(
+        model_dir,
+        sentences,
+        out,
+        meta={"model": model, "corpus": corpus, "split": split},
+        threads=threads,
+        parts=True,
+        **sampling,
+    )
+
+
 def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int) -> None:
     """A least-squares map from input to output of every (block, part), training split."""
+    from threadpoolctl import threadpool_limits
+
+    from ..io import read_json
+    from ..maps import save_part_maps
+    from ..parts import fit_parts as fit
+
     with threadpool_limits(threads):
-        weights, solvers = parts_lib.fit_parts(train_dir)
-    info = read_json(Path(train_dir) / "info.json")
+        weights, solvers = fit(train_dir)
+    info = read_json(f"{train_dir}/info.json")
     meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": info["sentences"]}
     save_part_maps(out, weights, {**meta, "solvers": solvers})
 
 
-def part_r2(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
-    table = parts_lib.part_r2_table(val_dir, load_part_maps(maps), model=model, corpus=corpus)
-    write_table(table, out, csv=True)
+def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
+    """r² of every (block, part) map on the recorded validation inputs and outputs."""
+    from ..io import write_table
+    from ..maps import load_part_maps
+    from ..parts import part_r2_table as r2
+
+    write_table(r2(val_dir, load_part_maps(maps), model=model, corpus=corpus), out, csv=True)
 
 
-def plot_part_r2(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
-    from .plots import part_r2_heatmap
+def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    """The block × part r² heatmap."""
+    from ..io import read_table
+    from ..plots import part_r2_heatmap
 
-    part_r2_heatmap(read_table(table_path), f"sub-module r² — {model} on {corpus}", png, pdf)
+    part_r2_heatmap(read_table(table), f"sub-module r² — {model} on {corpus}", png, pdf)
 
 
 def prefix_states(
@@ -64,12 +82,18 @@ def prefix_states(
     (only blocks 1..jump run); every replacement variant at this jump starts from them. Stored
     in float32 whatever storage_dtype says: the runs after the jump must start from the
     model's own states."""
-    from .adapters import get_adapter
-    from .extract import pad_token_id, prepare_sentences
-    from .replace import prefix_states as run_prefix
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..adapters import get_adapter
+    from ..extract import pad_token_id, prepare_sentences
+    from ..io import CorruptFileError, read_positions, read_table, write_sequences
+    from ..models import load_model
+    from ..replace import prefix_states as run_prefix
 
     net, tokenizer, info = load_model(model_dir, threads)
-    validation, val_info = validation_positions(val_dir)
+    validation, val_info = read_positions(val_dir)
     chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
     ids = chosen.column("sentence_id").to_numpy()
     text = read_table(sentences, ["sentence_id", "text"])
@@ -111,17 +135,24 @@ def replace_parts(
     threads: int,
 ) -> None:
     """Blocks jump+1..L run from the stored h_jump with `parts` (the variant's) replaced by
-    their maps; the final states are decoded and scored against the unmodified model's prediction
-    (the columns of decode_predictions, method = variant, layer = jump)."""
-    from .adapters import part_adapter
-    from .decode import Head, final_reference, score
-    from .replace import replaced_final_states
+    their maps; the final states are decoded and scored against the unmodified model's
+    prediction (decode_predictions' columns, method = variant, layer = jump)."""
+    import time
+
+    import numpy as np
+
+    from ..adapters import part_adapter
+    from ..decode import final_reference, score, score_table
+    from ..io import CorruptFileError, read_aligned, read_positions, read_sequences, write_table
+    from ..maps import load_part_maps
+    from ..models import load_model, model_head
+    from ..replace import replaced_final_states
 
     net, _, info = load_model(model_dir, threads)
     adapter = part_adapter(info["architecture"])
-    head = Head.from_model(net, adapter, model)
+    head = model_head(net, info, model)
     ids, sequences = read_sequences(prefix)
-    validation, val_info = validation_positions(val_dir)
+    validation, val_info = read_positions(val_dir)
     chosen = validation.slice(0, len(ids))
     if not np.array_equal(chosen.column("sentence_id").to_numpy(), ids):
         raise CorruptFileError(f"{prefix}: its sentences are not the first of {val_dir}")
@@ -144,15 +175,7 @@ def replace_parts(
     diverged = int((scores["top1_id"] < 0).sum())
     if diverged:
         log.warning("%d of %d runs overflowed (inf or NaN): counted as misses", diverged, len(ids))
-    table = pa.table(
-        {
-            "method": pa.array([variant] * len(ids), pa.string()),
-            "layer": pa.array(np.full(len(ids), jump), pa.int32()),
-            "sentence_id": pa.array(ids, pa.int64()),
-            **scores,
-        }
-    )
-    write_table(table, out)
+    write_table(score_table(variant, jump, ids, scores), out)
 
 
 def submodule_table(
@@ -169,6 +192,12 @@ def submodule_table(
 ) -> None:
     """Precision@k, Surprisal, ... by jump layer for every variant, beside the layer shortcuts
     (`prediction_files`: id, mat) on the same validation positions, with paired intervals."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..io import read_table, write_table
+    from ..prediction import prediction_summary
+
     scores = {
         v: pa.concat_tables([read_table(f) for f in files]) for v, files in score_files.items()
     }
@@ -176,9 +205,8 @@ def submodule_table(
     for method, path in prediction_files.items():
         table = read_table(path)
         scores[method] = table.filter(pc.is_in(table.column("sentence_id"), evaluated))
-    write_summary(
+    summary = prediction_summary(
         scores,
-        out,
         model=model,
         corpus=corpus,
         top_k=top_k,
@@ -187,13 +215,16 @@ def submodule_table(
         seed=seed,
         diverged=True,
     )
+    write_table(summary, out, csv=True)
 
 
-def plot_submodules(table_path: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
-    from .plots import prediction_figure
+def plot_submodules(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    """The prediction metrics of the replaced runs by jump layer, beside id and mat."""
+    from ..io import read_table
+    from ..plots import prediction_figure
 
     prediction_figure(
-        read_table(table_path),
+        read_table(table),
         f"{model} on {corpus}",
         png,
         pdf,

@@ -1,0 +1,45 @@
+"""Where every result lives: the one list of file patterns, used by the workflow's rules (with
+Snakemake wildcards in braces, relative to the working directory) and by the API (filled in,
+under any results folder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = "results"
+DOWNLOAD = "data/downloads/{corpus}.tar.gz"  # a corpus archive fetched by URL
+CORPUS = f"{RESULTS}/corpora/{{corpus}}.parquet"  # the sentence table
+MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenizer, info.json)
+HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer
+PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs and outputs
+MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}/from_{{source}}.safetensors"
+PART_MAPS = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"
+SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
+PREFIX = f"{RESULTS}/submodules/{{model}}/{{corpus}}/prefix/jump_{{jump}}.parquet"
+REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/{{variant}}/jump_{{jump}}.parquet"
+METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
+FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
+
+
+def metric(name: str) -> str:
+    """The pattern of a metric table, e.g. metric("r2.parquet")."""
+    return f"{METRICS}/{name}"
+
+
+def figure(name: str) -> str:
+    """The pattern of a figure, e.g. figure("r2_{method}.png")."""
+    return f"{FIGURES}/{name}"
+
+
+def under(results: str | Path, pattern: str, **wildcards: object) -> Path:
+    """A result's path under the folder `results` (a finished run's results/ folder)."""
+    relative = Path(pattern.format(**wildcards)).relative_to(RESULTS)
+    return Path(results) / relative
+
+
+def fill(pattern: str, **values: str) -> str:
+    """A pattern with some wildcards filled in and the others kept, e.g.
+    fill(HIDDEN, split="train") == "results/hidden/{model}/{corpus}/train"."""
+    for name, value in values.items():
+        pattern = pattern.replace(f"{{{name}}}", value)
+    return pattern

@@ -1,0 +1,25 @@
+"""Stages of workflow/rules/corpora.smk: fetch a corpus archive, build the sentence table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def download_corpus(url: str, sha256: str | None, out: str) -> None:
+    """Fetch a corpus archive by URL, checked against `sha256` when it is given."""
+    from ..corpus import download
+
+    download(url, Path(out), sha256)
+
+
+def prepare_corpus(
+    name: str, spec: dict, archive: str | None, out: str, *, seed: int, validation_fraction: float
+) -> None:
+    """The sentence table: cleaned, de-duplicated sentences, each assigned to a split."""
+    from ..corpus import read_source, sentence_table
+    from ..io import write_table
+
+    pairs = read_source(spec, Path(archive) if archive else None)
+    write_table(
+        sentence_table(pairs, name, seed, validation_fraction, spec.get("max_sentences")), out
+    )

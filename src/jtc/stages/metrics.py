@@ -1,0 +1,48 @@
+"""Stages of workflow/rules/metrics.smk: r² of every layer pair, its heatmaps, the parameter
+counts of every method."""
+
+from __future__ import annotations
+
+
+def r2_table(
+    val_dir: str, maps: dict[str, list[str]], out: str, *, model: str, corpus: str, threads: int
+) -> None:
+    """r² of every method on every pair l < l' of the validation states (`maps`: per method
+    its map files, one per source layer; id needs none)."""
+    from threadpoolctl import threadpool_limits
+
+    from ..io import read_aligned, read_json, read_states, write_table
+    from ..metrics import layer_r2_table
+
+    n_layers = read_json(f"{val_dir}/info.json")["num_layers"]
+    ids, first = read_states(val_dir, 0)
+    states = [first] + [read_aligned(val_dir, layer, ids) for layer in range(1, n_layers + 1)]
+    with threadpool_limits(threads):
+        table = layer_r2_table(states, maps, model=model, corpus=corpus)
+    write_table(table, out, csv=True)
+
+
+def plot_r2(table: str, method: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    """One method's r² heatmap, source layer × target layer."""
+    from ..io import read_table
+    from ..plots import r2_heatmap
+
+    r2_heatmap(read_table(table), method, f"{method} r² — {model} on {corpus}", png, pdf)
+
+
+def parameter_table(
+    model_dir: str, map_files: dict[str, str], out: str, *, model: str, corpus: str
+) -> None:
+    """Parameters of one map (layer 0 into the last layer) per method, beside mat's d²."""
+    from ..io import read_json, write_table
+    from ..maps import parameter_table as parameters
+
+    info = read_json(f"{model_dir}/info.json")
+    table = parameters(
+        map_files,
+        num_layers=info["num_layers"],
+        width=info["hidden_size"],
+        model=model,
+        corpus=corpus,
+    )
+    write_table(table, out, csv=True)

@@ -1,0 +1,15 @@
+"""Stage of workflow/rules/models.smk: resolve a model entry and cache it as safetensors."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def resolve_model(name: str, spec: dict, out: str) -> None:
+    """Load the model from its source (hub id, folder, GGUF file, package folder) and cache it
+    with its tokenizer and info.json."""
+    from ..models import cache_model
+
+    log.info("cached %s: %s", name, cache_model(name, spec, out))

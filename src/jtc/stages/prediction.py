@@ -1,0 +1,152 @@
+"""Stages of workflow/rules/prediction.smk: every method's prediction from every layer, scored
+against the model's own; the summary table, its figure and worked examples."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def decode_predictions(
+    model_dir: str,
+    val_dir: str,
+    map_files: list[str],
+    out: str,
+    *,
+    model: str,
+    method: str,
+    top_k: int,
+    threads: int,
+) -> None:
+    """Per-position scores (jtc.decode.SCORE_COLUMNS) of `method` at every layer of the
+    validation split."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..decode import final_reference, score, score_table
+    from ..io import read_aligned, read_positions, write_table
+    from ..maps import to_last_layer
+    from ..models import load_head
+
+    head, _, _ = load_head(model_dir, model, threads)
+    positions, info = read_positions(val_dir)
+    last = info["num_layers"]
+    ids = positions.column("sentence_id").to_numpy()
+    gold = positions.column("gold_id").to_numpy()
+    reference = final_reference(head, read_aligned(val_dir, last, ids, np.float32), top_k)
+    tables = []
+    for layer in range(last + 1):
+        states = read_aligned(val_dir, layer, ids, np.float32)
+        mapped = to_last_layer(map_files, layer, states, last)
+        scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
+        tables.append(score_table(method, layer, ids, scores))
+        log.info("layer %d: precision@1 %.3f", layer, np.mean(scores["final_rank"] == 1))
+    write_table(pa.concat_tables(tables), out)
+
+
+def prediction_table(
+    score_files: dict[str, str],
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    top_k: list[int],
+    resamples: int,
+    level: float,
+    seed: int,
+) -> None:
+    """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
+    intervals (jtc.prediction.prediction_summary), and its CSV copy."""
+    from ..io import read_table, write_table
+    from ..prediction import prediction_summary
+
+    table = prediction_summary(
+        {method: read_table(path) for method, path in score_files.items()},
+        model=model,
+        corpus=corpus,
+        top_k=top_k,
+        resamples=resamples,
+        level=level,
+        seed=seed,
+    )
+    write_table(table, out, csv=True)
+
+
+def plot_prediction(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    """The prediction metrics by layer, one line per method."""
+    from ..io import read_table
+    from ..plots import prediction_figure
+
+    prediction_figure(read_table(table), f"{model} on {corpus}", png, pdf)
+
+
+def prediction_examples(
+    model_dir: str,
+    val_dir: str,
+    sentences: str,
+    map_files: dict[str, list[str]],
+    out: str,
+    markdown: str,
+    *,
+    model: str,
+    corpus: str,
+    count: int,
+    layers: list[int],
+    threads: int,
+) -> None:
+    """A few validation sentences with the model's top-5 and each method's top-5 per layer."""
+    import numpy as np
+
+    from .. import examples
+    from ..decode import top_tokens
+    from ..io import atomic_path, read_aligned, read_positions, read_table, write_table
+    from ..maps import to_last_layer
+    from ..models import load_head
+
+    head, tokenizer, model_info = load_head(model_dir, model, threads)
+    positions, info = read_positions(val_dir)
+    all_ids = positions.column("sentence_id").to_numpy()
+    chosen = positions.slice(0, count)  # the validation split is in seeded random order
+    ids = all_ids[:count]
+    last = info["num_layers"]
+    corpus_table = read_table(sentences, ["sentence_id", "text"])
+    text_of = dict(
+        zip(
+            corpus_table.column("sentence_id").to_pylist(),
+            corpus_table.column("text").to_pylist(),
+            strict=True,
+        )
+    )
+    context = examples.contexts(
+        tokenizer,
+        [text_of[int(i)] for i in ids],
+        ids,
+        chosen.column("position").to_numpy(),
+        task=info["task"],
+        seed=info["seed"],
+        max_tokens=info["max_tokens"],
+        mask_token_id=model_info.get("mask_token_id"),
+    )
+    gold = [
+        examples.token_text(tokenizer, g) if g >= 0 else "(end of sentence)"
+        for g in chosen.column("gold_id").to_pylist()
+    ]
+
+    def layer_states(layer: int) -> np.ndarray:
+        return read_aligned(val_dir, layer, all_ids, np.float32)[:count]
+
+    predictions = {(examples.FINAL, last): top_tokens(head, layer_states(last), 5)}
+    for layer in examples.example_layers(layers, last):
+        states = layer_states(layer)
+        for method in sorted(map_files):
+            mapped = to_last_layer(map_files[method], layer, states, last)
+            predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
+    table = examples.examples_table(
+        ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)
+    )
+    write_table(table, out, csv=True)
+    with atomic_path(markdown) as tmp:
+        tmp.write_text(
+            examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
+        )

@@ -1,0 +1,19 @@
+from jtc.logs import job_log
+from jtc.stages.submodules import record_parts
+
+p = snakemake.params
+with job_log(snakemake.log[0]):
+    record_parts(
+        snakemake.input.model,
+        snakemake.input.sentences,
+        snakemake.output[0],
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        split=snakemake.wildcards.split,
+        n=p.n,
+        seed=p.seed,
+        batch_size=p.batch_size,
+        max_tokens=p.max_tokens,
+        dtype=p.dtype,
+        threads=snakemake.threads,
+    )
