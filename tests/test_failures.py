@@ -2,6 +2,7 @@
 rule), and nothing is built from it."""
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,8 @@ from jtc import corpus
 from jtc.corpus import CorpusError
 from jtc.extract import extract, prepare_inputs
 from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
-from jtc.maps import load_map, save_maps
-from jtc.models import cache_model, model_info
+from jtc.maps import load_map, load_part_maps, save_maps, save_part_maps
+from jtc.models import cache_model, load_cached, model_info
 from jtc.sources import ModelSourceError
 from jtc.stages.fit import fit_mat
 
@@ -63,6 +64,78 @@ def test_truncated_map_is_named(tmp_path):
     with pytest.raises(CorruptFileError, match="holds no map to layer 3"):
         save_maps(path, {1: np.eye(4)}, {"method": "mat"})
         load_map(path, 3)
+
+
+def flip_tensor_bytes(path, name, count=8):
+    """Flip `count` bytes in the middle of one tensor of a safetensors file."""
+    import json
+
+    raw = bytearray(path.read_bytes())
+    size = int.from_bytes(raw[:8], "little")
+    start, end = json.loads(raw[8 : 8 + size])[name]["data_offsets"]
+    middle = 8 + size + (start + end) // 2
+    for i in range(count):
+        raw[middle + i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def test_flipped_bytes_in_a_map_are_refused_not_turned_into_numbers(tmp_path):
+    """safetensors has no checksum: before, 8 flipped bytes gave a mat r² of -3398 at exit 0."""
+    path = tmp_path / "from_0.safetensors"
+    rng = np.random.default_rng(0)
+    save_maps(path, {1: rng.normal(size=(16, 16)), 2: rng.normal(size=(16, 16))}, {"method": "m"})
+    intact = load_map(path, 1).affine()[0]
+    flip_tensor_bytes(path, "to_2.weight")
+    with pytest.raises(CorruptFileError, match=re.escape(str(path)) + ".*'to_2.weight' does not"):
+        load_map(path, 2)
+    assert np.array_equal(load_map(path, 1).affine()[0], intact)  # the intact map still reads
+
+
+def test_flipped_bytes_in_part_maps_are_refused(tmp_path):
+    path = tmp_path / "parts.safetensors"
+    weights = {(1, "attn"): np.eye(16), (1, "ffn"): 2 * np.eye(16)}
+    save_part_maps(path, weights, {"method": "mat"})
+    assert np.array_equal(load_part_maps(path)[(1, "ffn")].affine()[0], 2 * np.eye(16))
+    flip_tensor_bytes(path, "block_1.ffn")
+    with pytest.raises(CorruptFileError, match="'block_1.ffn' does not match its checksum"):
+        load_part_maps(path)
+
+
+def test_a_map_without_checksums_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "from_0.safetensors"
+    save_file({"to_1.weight": np.eye(4, dtype=np.float32)}, str(path), metadata={"format": "x"})
+    with pytest.raises(CorruptFileError, match="no checksum for tensor 'to_1.weight'"):
+        load_map(path, 1)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("config.json", b"garbage"),
+        ("tokenizer.json", b"{}"),
+        ("model.safetensors", None),  # cut in half
+        ("info.json", None),
+        ("manifest.json", "missing"),
+    ],
+)
+def test_a_damaged_model_cache_is_named_with_the_command_that_rebuilds_it(tmp_path, damage):
+    name, content = damage
+    cache = tmp_path / "cache"
+    cache_model("m", {"source": str(save_model("gpt2", tmp_path / "src", layers=1))}, cache)
+    load_cached(cache)  # intact: loads
+    path = cache / name
+    if content == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(
+            content if content is not None else path.read_bytes()[: path.stat().st_size // 2]
+        )
+    with pytest.raises(CorruptFileError) as raised:
+        load_cached(cache)
+    message = str(raised.value)
+    assert name in message and f"delete the folder {cache} and rerun" in message
 
 
 def test_corrupt_gguf_is_refused_with_its_name(tmp_path):
@@ -151,3 +224,27 @@ def test_model_folder_code_is_not_run(tmp_path):
     info = cache_model("m", {"source": str(folder)}, tmp_path / "cache")
     assert info["architecture"] == "gpt2"  # loaded with transformers' own class
     assert info["model_class"] == "GPT2LMHeadModel"
+
+
+@pytest.mark.workflow
+def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_run, tmp_path):
+    """Bytes flipped inside a finished states folder: the first job that reads it fails naming
+    the folder to delete; deleting it and rerunning rebuilds the same tables."""
+    import pyarrow.parquet as pq
+    from harness import copy_run, run_snakemake
+
+    work = copy_run(tiny_run, tmp_path / "work")
+    folder = work / "results/hidden/gpt/mini/validation"
+    path = layer_file(folder, 1)
+    state = pq.ParquetFile(path).metadata.row_group(0).column(2)  # the state column's pages
+    raw = bytearray(path.read_bytes())
+    raw[state.data_page_offset + state.total_compressed_size // 2] ^= 0x04
+    path.write_bytes(bytes(raw))
+    failed = run_snakemake(work, "all", "--forcerun", "r2_table", check=False)
+    assert failed.returncode != 0
+    log = (work / "logs/r2_table/gpt/mini.log").read_text()
+    assert f"delete the folder {folder.relative_to(work)} and rerun the workflow" in log
+    shutil.rmtree(folder)
+    run_snakemake(work, "all")
+    table = "results/metrics/gpt/mini/r2.parquet"
+    assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))

@@ -21,6 +21,7 @@ from harness import (
     read_config,
     rules_run,
     run_snakemake,
+    snapshot,
     write_config,
 )
 from tiny import save_model
@@ -560,6 +561,64 @@ def test_bad_config_changes_nothing_in_existing_results(tiny_run, tmp_path):
     assert "model 't5': no adapter for architecture 't5'; supported: bert, gpt2" in proc.stderr
     after = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
     assert after == before
+
+
+def _typo_source(config):
+    config["models"]["gpt"]["source"] += "-typo"
+
+
+def _set(*keys, value):
+    def change(config):
+        node = config
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+
+    return change
+
+
+def _with_njtc(**settings):
+    def change(config):
+        config["methods"] = ["id", "mat", "njtc"]
+        config["training"] = {"njtc": settings}
+
+    return change
+
+
+# settings that cannot work, each refused while planning with its key named (before, each made
+# Snakemake delete the outputs it was about to rebuild, or gave wrong tables at exit 0)
+IMPOSSIBLE = {
+    "model path typo": (_typo_source, "models.gpt.source"),
+    "validation_fraction nan": (
+        _set("validation_fraction", value=float("nan")),
+        "validation_fraction",
+    ),
+    "confidence_level nan": (
+        _set("prediction", "confidence_level", value=float("nan")),
+        "prediction.confidence_level",
+    ),
+    "tau nan": (_set("early_exit", "tau", value=float("nan")), "early_exit.tau"),
+    "tau inf": (_set("early_exit", "tau", value=float("inf")), "early_exit.tau"),
+    "learning_rate nan": (_with_njtc(learning_rate=float("nan")), "training.njtc.learning_rate"),
+    "weight_decay inf": (_with_njtc(weight_decay=float("inf")), "training.njtc.weight_decay"),
+    "rank above the width": (_with_njtc(rank=1000), "training.njtc.rank"),
+}
+
+
+@pytest.mark.parametrize("case", list(IMPOSSIBLE))
+def test_an_impossible_setting_leaves_results_byte_identical(tiny_run, tmp_path, case):
+    change, key = IMPOSSIBLE[case]
+    workdir = copy_run(tiny_run, tmp_path / "work")
+    before = snapshot(workdir)
+    contents = {p: (workdir / p).read_bytes() for p in before}
+    config = read_config(workdir)
+    change(config)
+    write_config(workdir, config)
+    proc = run_snakemake(workdir, "all", check=False)
+    assert proc.returncode != 0
+    assert f"config key '{key}'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    assert snapshot(workdir) == before
+    assert all((workdir / p).read_bytes() == data for p, data in contents.items())
 
 
 # --- the smoke experiment: every stage on the real packaged models ----------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import difflib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -117,16 +119,95 @@ def _fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
                 _fill_defaults(entry, schema["$defs"]["model"])
 
 
+def non_finite_problem(value: Any, path: tuple = ()) -> str | None:
+    """A NaN or infinite number anywhere in the config (nested mappings and lists): the schema's
+    bounds cannot refuse NaN, which compares false to both."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"config key '{_key(path)}': {value} is not a finite number"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        problem = non_finite_problem(item, (*path, key))
+        if problem:
+            return problem
+    return None
+
+
+def _unexpected(err: jsonschema.exceptions.ValidationError) -> list[str]:
+    """Each key refused by `additionalProperties: false`, with the closest known key."""
+    known = list(err.schema.get("properties", {}))
+    parent = _key(err.absolute_path)
+    described = []
+    for name in err.instance:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        described.append(f"config key '{parent}': key '{name}' was unexpected{hint}")
+    return described
+
+
+def _required(err: jsonschema.exceptions.ValidationError) -> list[str]:
+    missing = [r for r in err.validator_value if r not in err.instance]
+    # a key required by an if/then (a corpus's url or path) names what asks for it
+    source = err.instance.get("source") if "then" in err.schema_path else None
+    why = f" for source '{source}'" if isinstance(source, str) else ""
+    return [f"config key '{_key([*err.absolute_path, name])}' is required{why}" for name in missing]
+
+
+def _describe(err: jsonschema.exceptions.ValidationError) -> list[str]:
+    if err.validator == "additionalProperties" and err.validator_value is False:
+        return _unexpected(err) or [f"config key '{_key(err.absolute_path)}': {err.message}"]
+    if err.validator == "required":
+        return _required(err)
+    return [f"config key '{_key(err.absolute_path)}': {err.message}"]
+
+
+def schema_problem(errors: list[jsonschema.exceptions.ValidationError]) -> str:
+    """The best-matching schema error, plus every missing and every unexpected key (a misspelt
+    key is both: `modles` is unexpected and `models` missing)."""
+    best = jsonschema.exceptions.best_match(errors)
+    typos = [e for e in errors if e.validator in ("required", "additionalProperties")]
+    typos.sort(key=lambda e: e.validator != "required")  # missing keys first
+    parts: list[str] = []
+    for err in ([] if best.validator in ("required", "additionalProperties") else [best]) + typos:
+        for part in _describe(err):
+            if part not in parts:
+                parts.append(part)
+    return "; ".join(parts)
+
+
+def rank_problem(model: str, width: int, config: dict[str, Any]) -> str | None:
+    """A low-rank method's rank larger than a model's width (hidden size); only the configured
+    methods count, and rank null (or 0) means the default, floor(d / 100)."""
+    for method in ("njtc", "nnjtc"):
+        if method not in config["methods"]:
+            continue
+        rank = config["training"][method].get("rank")
+        if rank and rank > width:
+            return (
+                f"config key 'training.{method}.rank': {rank} is more than the width "
+                f"{width} of model '{model}' (the rank is at most the hidden size)"
+            )
+    return None
+
+
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Return a validated copy of `config` with defaults filled in; raise ConfigError otherwise."""
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping of keys to values")
+    problem = non_finite_problem(config)
+    if problem:
+        raise ConfigError(problem)
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (list(e.absolute_path), e.message))
     if errors:
-        err = jsonschema.exceptions.best_match(errors)
-        raise ConfigError(f"config key '{_key(err.absolute_path)}': {err.message}")
+        raise ConfigError(schema_problem(errors))
     checked = copy.deepcopy(config)
     _fill_defaults(checked, schema)
     checked["training"] = {
@@ -143,5 +224,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         if corpus["source"] != "text_file" and "path" in corpus:
             raise ConfigError(
                 f"config key 'corpora.{name}.path': applies only to source 'text_file'"
+            )
+        if corpus["source"] not in ("text_file", "leipzig") and "max_bytes" in corpus:
+            raise ConfigError(
+                f"config key 'corpora.{name}.max_bytes': applies only to sources 'text_file' "
+                "and 'leipzig'"
             )
     return checked

@@ -15,9 +15,11 @@ import html
 import importlib.util
 import io
 import logging
+import os
 import re
-import shutil
+import stat
 import tarfile
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 import zipfile
@@ -35,6 +37,10 @@ MIN_WORDS = 4
 MAX_WORDS = 80
 MAX_SENTENCE_FILE_BYTES = 2 << 30  # an archive member larger than this is refused (bombs)
 MAX_ARCHIVE_MEMBERS = 1000  # Leipzig archives hold about ten
+MAX_TEXT_FILE_BYTES = 2 << 30  # a text_file corpus larger than this is refused (max_bytes)
+MAX_DOWNLOAD_BYTES = 4 << 30  # a download larger than this is refused and deleted (max_bytes)
+MAX_LINE_CHARS = 1 << 20  # a longer line is skipped (with a warning), never read whole
+_BLOCK = 1 << 20
 
 
 class CorpusError(RuntimeError):
@@ -176,10 +182,96 @@ def read_gensim_wiki() -> Iterator[tuple[str, str]]:
                 yield sentence, title
 
 
-def read_text_file(path: str | Path) -> Iterator[tuple[str, str]]:
-    """One sentence per line; undecodable bytes become U+FFFD and such lines are dropped."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, line in enumerate(handle, 1):
+def file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a corpus input: missing, a directory, a device, a pipe."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"'{path}' does not exist"
+    except OSError as exc:
+        return f"'{path}' cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return f"'{path}' is a directory, not a regular file"
+    if stat.S_ISCHR(mode):
+        return f"'{path}' is a character device, not a regular file"
+    if stat.S_ISBLK(mode):
+        return f"'{path}' is a block device, not a regular file"
+    return f"'{path}' is not a regular file (a pipe or socket)"
+
+
+def _too_large(what: str, size: int, limit: int) -> str:
+    return (
+        f"{what} is {size} bytes, more than the limit of {limit} bytes; refused "
+        "(raise corpora.NAME.max_bytes to accept it)"
+    )
+
+
+class _Capped(io.RawIOBase):
+    """A binary stream that raises CorpusError once more than `limit` bytes were read from it
+    (a file that grows while it is read, or a device that never ends)."""
+
+    def __init__(self, raw: io.RawIOBase, limit: int, what: str):
+        self._raw, self._limit, self._what, self.total = raw, limit, what, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._raw.readinto(buffer) or 0
+        self.total += n
+        if self.total > self._limit:
+            raise CorpusError(
+                f"{self._what} has more than the limit of {self._limit} bytes; refused "
+                "(raise corpora.NAME.max_bytes to accept it)"
+            )
+        return n
+
+
+def bounded_lines(handle: io.TextIOBase, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) pairs, each line read at most MAX_LINE_CHARS characters at a time;
+    a longer line is skipped (counted, and logged once at the end), never held whole."""
+    line_no, skipped, first = 0, 0, None
+    while True:
+        line = handle.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            break
+        line_no += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
+            skipped += 1
+            first = first or line_no
+            while line and not line.endswith(("\n", "\r")):  # drop the rest of it
+                line = handle.readline(MAX_LINE_CHARS + 1)
+            continue
+        yield line_no, line
+    if skipped:
+        log.warning(
+            "%s: skipped %d lines longer than %d characters (the first is line %d)",
+            what,
+            skipped,
+            MAX_LINE_CHARS,
+            first,
+        )
+
+
+def read_text_file(path: str | Path, max_bytes: int | None = None) -> Iterator[tuple[str, str]]:
+    """One sentence per line; undecodable bytes become U+FFFD and such lines are dropped.
+
+    Only a regular file of at most `max_bytes` (MAX_TEXT_FILE_BYTES) is read; a directory or
+    device is refused by name, and a line longer than MAX_LINE_CHARS is skipped."""
+    limit = max_bytes or MAX_TEXT_FILE_BYTES
+    what = f"text file '{path}'"
+    problem = file_problem(path)
+    if problem:
+        raise CorpusError(f"text file {problem}")
+    size = os.stat(path).st_size
+    if size > limit:
+        raise CorpusError(_too_large(what, size, limit))
+    with open(path, "rb", buffering=0) as raw:
+        capped = io.BufferedReader(_Capped(raw, limit, what), _BLOCK)
+        handle = io.TextIOWrapper(capped, encoding="utf-8", errors="replace")
+        for line_no, line in bounded_lines(handle, what):
             if line.strip():
                 yield line, f"line-{line_no}"
 
@@ -195,15 +287,45 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, sha256: str | None) -> str:
+def local_url_path(url: str) -> str | None:
+    """The local path of a file:// URL; None for other URLs."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "file":
+        return None
+    return urllib.request.url2pathname(parsed.path)
+
+
+def download(url: str, dest: Path, sha256: str | None, max_bytes: int | None = None) -> str:
     """Fetch `url` to `dest`, checking its sha256. A mismatching file is moved aside to
     `<dest>.rejected` for inspection and an error is raised; `dest` is only created when the
-    checksum matches (or no checksum was given: the digest is then logged for pinning)."""
+    checksum matches (or no checksum was given: the digest is then logged for pinning).
+
+    At most `max_bytes` (MAX_DOWNLOAD_BYTES) are fetched: a larger download is refused and its
+    partial file deleted; a file:// URL must name a regular file (not a directory or device)."""
+    limit = max_bytes or MAX_DOWNLOAD_BYTES
+    local = local_url_path(url)
+    problem = local is not None and file_problem(local)
+    if problem:
+        raise CorpusError(f"cannot download {url}: {problem}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+            announced = response.headers.get("Content-Length")
+            if announced and announced.isdigit() and int(announced) > limit:
+                raise CorpusError(_too_large(f"download {url}", int(announced), limit))
+            total = 0
+            while block := response.read(_BLOCK):
+                total += len(block)
+                if total > limit:
+                    raise CorpusError(
+                        f"download {url} has more than the limit of {limit} bytes; refused and "
+                        "deleted (raise corpora.NAME.max_bytes to accept it)"
+                    )
+                out.write(block)
+    except CorpusError:
+        part.unlink(missing_ok=True)
+        raise
     except OSError as exc:
         part.unlink(missing_ok=True)
         raise CorpusError(f"cannot download {url}: {exc}") from exc
@@ -261,7 +383,8 @@ def read_leipzig(archive: Path) -> Iterator[tuple[str, str]]:
                 )
             handle = tar.extractfile(found[0])
             assert handle is not None
-            for line in io.TextIOWrapper(handle, encoding="utf-8", errors="replace"):
+            text = io.TextIOWrapper(handle, encoding="utf-8", errors="replace")
+            for _, line in bounded_lines(text, f"{archive}: '{found[0].name}'"):
                 sentence_id, _, sentence = line.rstrip("\n").partition("\t")
                 if sentence:
                     yield sentence, f"leipzig-{sentence_id}"
@@ -332,7 +455,7 @@ def read_source(spec: dict, archive: Path | None = None) -> Iterator[tuple[str, 
     if source == "gensim_wiki":
         return read_gensim_wiki()
     if source == "text_file":
-        return read_text_file(spec["path"])
+        return read_text_file(spec["path"], spec.get("max_bytes"))
     if source == "leipzig":
         if archive is None:
             raise CorpusError("a leipzig corpus needs its downloaded archive")
@@ -352,14 +475,42 @@ def select_split(table: pa.Table, split: str, n: int, corpus: str) -> pa.Table:
     return rows.take(pa.array(order))
 
 
+def input_problem(name: str, spec: dict) -> str | None:
+    """While planning: a text file (`path`) or a file:// archive (`url`) that is missing, not a
+    regular file (a directory, a device such as /dev/zero) or larger than its `max_bytes`."""
+    if spec["source"] == "text_file":
+        key, path, default = "path", spec["path"], MAX_TEXT_FILE_BYTES
+    elif spec["source"] == "leipzig" and local_url_path(spec["url"]) is not None:
+        key, path, default = "url", local_url_path(spec["url"]), MAX_DOWNLOAD_BYTES
+    else:
+        return None
+    problem = file_problem(path)
+    if problem:
+        return f"config key 'corpora.{name}.{key}': {problem}"
+    limit = spec.get("max_bytes") or default
+    size = os.stat(path).st_size
+    if size > limit:
+        return f"config key 'corpora.{name}.max_bytes': " + _too_large(f"'{path}'", size, limit)
+    return None
+
+
+def _count_lines(path: str | Path) -> int:
+    """Lines of a file as iterating over it counts them, read in bounded blocks."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
 def size_problem(name: str, spec: dict, sizes: dict[str, int]) -> str | None:
     """While planning: a text-file corpus with fewer lines (at most one sentence each) than the
     train + validation sentences asked of it. Other corpora are counted by prepare_corpus, and
     extraction stops with both numbers if a split is too small."""
-    if spec["source"] != "text_file" or not Path(spec["path"]).is_file():
+    if spec["source"] != "text_file" or input_problem(name, spec):
         return None
-    with open(spec["path"], "rb") as handle:
-        lines = sum(1 for _ in handle)
+    lines = _count_lines(spec["path"])
     available = min(lines, spec.get("max_sentences") or lines)
     wanted = sizes["train"] + sizes["validation"]
     if available < wanted:

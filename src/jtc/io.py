@@ -176,8 +176,15 @@ def part_file(states_dir: str | os.PathLike, block: int, part: str, side: str) -
 
 def read_site(path: str | os.PathLike, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Read one site's file (a layer, a part's input or output) as an (n, d) array, with the
-    sentence ids in row order."""
-    return _site_arrays(read_table(path, columns=["sentence_id", "state"]), path, dtype)
+    sentence ids in row order. A missing or damaged file names the folder to rebuild: the
+    workflow writes a states folder whole (a directory output), so it rebuilds it whole."""
+    try:
+        return _site_arrays(read_table(path, columns=["sentence_id", "state"]), path, dtype)
+    except (CorruptFileError, FileNotFoundError) as exc:
+        folder = Path(path).parent
+        raise CorruptFileError(
+            f"{exc}; to rebuild it, delete the folder {folder} and rerun the workflow"
+        ) from exc
 
 
 def _site_arrays(table: pa.Table, path, dtype: type) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ method-specific code: id is no map at all, everything else is a ShortcutMap.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,42 @@ NORM_PARTS = ("norm.weight", "norm.bias", "norm.running_mean", "norm.running_var
 TRAINED_BUFFERS = ("norm.running_mean", "norm.running_var")  # stored, but not trained
 PARTS = (*NORM_PARTS, "down.weight", "up.weight", "weight", "bias")
 DEFAULT_NORM_EPS = 1e-5
+# metadata key: {tensor name: sha256 of its name, dtype, shape and bytes}; safetensors itself has
+# no checksum, so every reader verifies the tensors it reads against these
+CHECKSUMS = "checksums"
+
+
+def _digest(name: str, value: np.ndarray) -> str:
+    value = np.ascontiguousarray(value)
+    digest = hashlib.sha256(f"{name}|{value.dtype.str}|{value.shape}|".encode())
+    digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+def _write(path: str | Path, tensors: dict[str, np.ndarray], meta: dict[str, str]) -> None:
+    """Write tensors with their checksums in the metadata, atomically."""
+    meta = {**meta, CHECKSUMS: json.dumps({n: _digest(n, v) for n, v in sorted(tensors.items())})}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+
+
+def _verified(
+    path: str | Path, name: str, value: np.ndarray, meta: Mapping[str, str]
+) -> np.ndarray:
+    """A tensor read from `path`, checked against the checksum its file stores for it."""
+    try:
+        expected = json.loads(meta[CHECKSUMS])[name]
+    except (KeyError, TypeError, ValueError):
+        raise CorruptFileError(
+            f"{path}: no checksum for tensor '{name}' (damaged, or written by an older jtc): "
+            "delete it and rerun the workflow to rebuild it"
+        ) from None
+    if _digest(name, value) != expected:
+        raise CorruptFileError(
+            f"{path}: tensor '{name}' does not match its checksum (the file is damaged): "
+            "delete it and rerun the workflow to rebuild it"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -129,8 +166,7 @@ def save_maps(
         "targets": json.dumps(sorted(maps)),
     }
     meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
+    _write(path, tensors, meta)
 
 
 def _split_name(path: str | Path, name: str) -> tuple[int, str]:
@@ -148,7 +184,8 @@ def _read(path: str | Path, target: int | None) -> tuple[dict[int, dict[str, np.
             for name in handle.keys():
                 t, part = _split_name(path, name)
                 if target is None or t == target:
-                    grouped.setdefault(t, {})[part] = handle.get_tensor(name)
+                    value = _verified(path, name, handle.get_tensor(name), meta)
+                    grouped.setdefault(t, {})[part] = value
     except (SafetensorError, OSError, ValueError) as exc:
         raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
     return grouped, meta
@@ -255,8 +292,7 @@ def save_part_maps(
     }
     meta = {"format": PART_FORMAT, "convention": "part output = part input @ weight.T"}
     meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
+    _write(path, tensors, meta)
 
 
 def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
@@ -264,13 +300,15 @@ def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
     maps: dict[tuple[int, str], ShortcutMap] = {}
     try:
         with safe_open(str(path), framework="numpy") as handle:
-            if (handle.metadata() or {}).get("format") != PART_FORMAT:
+            meta = handle.metadata() or {}
+            if meta.get("format") != PART_FORMAT:
                 raise CorruptFileError(f"{path}: not a sub-module map file ({PART_FORMAT})")
             for name in handle.keys():
                 block, _, part = name.partition(".")
                 if not (block.startswith("block_") and block[6:].isdigit() and part):
                     raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
-                maps[(int(block[6:]), part)] = ShortcutMap({"weight": handle.get_tensor(name)})
+                weight = _verified(path, name, handle.get_tensor(name), meta)
+                maps[(int(block[6:]), part)] = ShortcutMap({"weight": weight})
     except (SafetensorError, OSError, ValueError) as exc:
         raise CorruptFileError(f"cannot read sub-module maps {path}: {exc}") from exc
     return maps

@@ -9,10 +9,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from .adapters import UnsupportedArchitecture, missing_head_message, part_adapter
-from .config import ConfigError, check_config_file, layer_problem, validate_config
-from .corpus import size_problem
+from .config import ConfigError, check_config_file, layer_problem, rank_problem, validate_config
+from .corpus import input_problem, size_problem
 from .parts import jump_problem
-from .sources import local_num_layers, part_problem, planning_problem
+from .sources import (
+    local_num_layers,
+    local_width,
+    part_problem,
+    planning_problem,
+    source_problem,
+)
 
 
 def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, Any]:
@@ -21,9 +27,14 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         check_config_file(path)
     checked = validate_config(config)
     for name, spec in checked["models"].items():
-        layers = local_num_layers(spec)
-        problem = planning_problem(name, spec) or (
-            spec["predict"] and layers and layer_problem(name, layers, checked)
+        problem = source_problem(name, spec)
+        if problem:
+            raise ConfigError(problem)
+        layers, width = local_num_layers(spec), local_width(spec)
+        problem = (
+            planning_problem(name, spec)
+            or (spec["predict"] and layers and layer_problem(name, layers, checked))
+            or (width and rank_problem(name, width, checked))
         )
         if not problem and name in checked["submodules"]["models"]:
             jumps = checked["submodules"]["jump_layers"]
@@ -31,7 +42,7 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         if problem:
             raise ConfigError(problem)
     for name, spec in checked["corpora"].items():
-        problem = size_problem(name, spec, checked["sizes"])
+        problem = input_problem(name, spec) or size_problem(name, spec, checked["sizes"])
         if problem:
             raise ConfigError(problem)
     return checked
@@ -40,9 +51,12 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
 def resolved_problem(
     name: str, info: dict[str, Any], config: dict[str, Any], *, predict: bool, parts: bool
 ) -> str | None:
-    """What a resolved model (its info.json) lacks for what the config asks of it: a decoder
-    head and the configured layers to predict from (`predict`), block parts and the jump
-    layers (`parts`)."""
+    """What a resolved model (its info.json) lacks for what the config asks of it: a width of
+    at least the low-rank methods' rank (always), a decoder head and the configured layers to
+    predict from (`predict`), block parts and the jump layers (`parts`)."""
+    problem = info.get("hidden_size") and rank_problem(name, info["hidden_size"], config)
+    if problem:
+        return f"invalid configuration: {problem}"
     if parts:
         try:
             part_adapter(info["architecture"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,42 @@ def local_config(spec: dict[str, Any]) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+def local_width(spec: dict[str, Any]) -> int | None:
+    """The width (hidden size) of a locally found model, from its config.json (None if unknown)."""
+    config = local_config(spec) or {}
+    for key in ("hidden_size", "n_embd", "d_model"):
+        if isinstance(config.get(key), int) and not isinstance(config[key], bool):
+            return config[key]
+    return None
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a source can only be a local path, never a hub id (`name` or `org/name`): it is
+    absolute, starts with ./, ../ or ~, names a .gguf file, or has a slash a hub id cannot."""
+    if source.startswith(("/", "./", "../", "~", "\\")) or source in (".", ".."):
+        return True
+    if source.lower().endswith(".gguf") or "\\" in source:
+        return True
+    return "/" in source and (not _HUB_ID.match(source) or ".." in source.split("/"))
+
+
+def source_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """While planning: a package source that is not installed (or lacks the path), or a source
+    that can only be a local path and does not exist. Both are refused before resolve_model
+    runs, so a typo never replaces a cached model with a failed job."""
+    source: str = spec["source"]
+    key = f"config key 'models.{name}.source'"
+    if source.startswith("package:"):
+        cands, tried = candidates(spec)
+        return None if cands else f"{key}: {tried[0]}"
+    if looks_like_path(source) and not Path(source).expanduser().exists():
+        return f"{key}: local path '{source}' does not exist (a path is never a hub id)"
+    return None
 
 
 def local_num_layers(spec: dict[str, Any]) -> int | None:

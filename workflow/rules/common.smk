@@ -1,6 +1,5 @@
 # What the other .smk files share: the checked config, the targets of `all`, the input functions
 # (which read a resolved model's info.json), resources, and the code hash of each job.
-import json
 import re
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.config import ConfigError
+from jtc.io import CorruptFileError, read_json
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
@@ -103,7 +103,13 @@ def model_dir(model):
 
 def model_info(model):
     """A model's info.json, known once its resolve_model checkpoint has run."""
-    return json.loads(Path(model_dir(model), "info.json").read_text())
+    folder = model_dir(model)
+    try:
+        return read_json(Path(folder, "info.json"))
+    except CorruptFileError as err:
+        raise WorkflowError(
+            f"{err}; delete the folder {folder} and rerun to cache the model again"
+        ) from None
 
 
 def num_layers(model):
@@ -184,9 +190,14 @@ def corpus_inputs(wildcards):
 
 
 def train_inputs(wildcards):
+    """The training states; the cached model too for a method trained through the head. The
+    model is checked in both cases (e.g. a rank above its width), before any training runs.
+    """
+    needs_head = METHOD_SPECS[wildcards.method].needs_head
+    model = checked_model_dir(wildcards.model, predict=needs_head)
     inputs = {"train": hidden(wildcards, "train")}
-    if METHOD_SPECS[wildcards.method].needs_head:
-        inputs["model"] = checked_model_dir(wildcards.model, predict=True)
+    if needs_head:
+        inputs["model"] = model
     return inputs
 
 

@@ -8,6 +8,7 @@ rule download_corpus:
     params:
         url=lambda w: config["corpora"][w.corpus]["url"],
         sha256=lambda w: config["corpora"][w.corpus].get("sha256"),
+        max_bytes=lambda w: config["corpora"][w.corpus].get("max_bytes"),
     script:
         "../scripts/download_corpus.py"
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def download_corpus(url: str, sha256: str | None, out: str) -> None:
-    """Fetch a corpus archive by URL, checked against `sha256` when it is given."""
+def download_corpus(url: str, sha256: str | None, out: str, *, max_bytes: int | None) -> None:
+    """Fetch a corpus archive by URL, checked against `sha256` when it is given, refused
+    beyond `max_bytes` (none: jtc.corpus.MAX_DOWNLOAD_BYTES)."""
     from ..corpus import download
 
-    download(url, Path(out), sha256)
+    download(url, Path(out), sha256, max_bytes)
 
 
 def prepare_corpus(
