@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 MARKERS = {
     "workflow": "runs Snakemake (a run, a dry run, a kill and resume, SLURM): only with --workflow",
     "real_model": "loads a real packaged model",
+    "cuda": "runs on a CUDA device: skipped where none is visible",
 }
 
 

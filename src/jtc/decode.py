@@ -117,7 +117,7 @@ def final_reference(head: Head, final_states: np.ndarray, k: int) -> Reference:
         parts["top_ids"].append(torch.topk(logits, min(k, head.vocab_size), dim=1).indices)
         parts["expected_weight"].append(probs @ head.weight)
         parts["expected_bias"].append(
-            probs @ head.bias if head.bias is not None else torch.zeros(len(probs))
+            probs @ head.bias if head.bias is not None else probs.new_zeros(len(probs))
         )
         parts["neg_entropy"].append((probs * log_probs).sum(1))
     return Reference(**{f: torch.cat(v) for f, v in parts.items()})
