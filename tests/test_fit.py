@@ -101,3 +101,86 @@ def test_maps_round_trip_and_corrupt_file(tmp_path):
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CorruptFileError, match="from_0.safetensors"):
         load_maps(path)
+
+
+# The GPU path (torch, float64) against the CPU path (numpy, scipy): run on the CPU device
+# everywhere, and on CUDA where a GPU is visible.
+TORCH_DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(
+                not __import__("torch").cuda.is_available(), reason="needs a CUDA device"
+            ),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+@pytest.mark.parametrize("case", ["regular", "constant_dimension", "fewer_samples_than_width"])
+def test_torch_fit_equals_the_cpu_path(device, case):
+    import torch
+
+    x, ys = problem()
+    if case == "constant_dimension":
+        x[:, 3] = 0.0
+    elif case == "fewer_samples_than_width":
+        x, ys = x[:10], {t: y[:10] for t, y in ys.items()}
+    on_cpu, method = fit_source(x, ys.items())
+    on_device, device_method = fit_source(x.astype(np.float32), ys.items(), torch.device(device))
+    cpu32, _ = fit_source(x.astype(np.float32), ys.items())
+    assert device_method == method == ("cholesky" if case == "regular" else "pinv")
+    for t in ys:
+        assert on_device[t].dtype == np.float32 and on_device[t].shape == (24, 24)
+        scale = np.abs(cpu32[t]).max()
+        assert np.abs(on_device[t] - cpu32[t]).max() <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+def test_torch_r2_equals_the_cpu_path(device, tmp_path):
+    """r² on a torch device equals numpy's to 1e-8: fitted, low-rank normalised and id maps,
+    constant and dead coordinates included."""
+    import torch
+
+    from jtc.metrics import layer_r2_table, shortcut_r2
+
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=(80, 4))
+    y[:, 1] = 3.0
+    y[:, 2] = rng.normal(size=80) * 1e-32
+    pred = y + rng.normal(size=y.shape) * 0.1
+    pred[:, 1] = 3.0
+    dev = torch.device(device)
+    assert abs(shortcut_r2(y, pred, None, dev) - r2_score(y, pred)) < 1e-12
+    x, ys = problem(d=8)
+    states = [x.astype(np.float32)] + [ys[t].astype(np.float32) for t in (1, 2, 3)]
+    mat, _ = fit_source(states[0], ((t, states[t]) for t in (1, 2, 3)))
+    save_maps(tmp_path / "mat0.safetensors", mat, {"method": "mat", "source_layer": 0})
+    low_rank = {
+        t: {
+            "norm.weight": rng.uniform(0.5, 2, 8),
+            "norm.bias": rng.normal(size=8),
+            "norm.running_mean": rng.normal(size=8),
+            "norm.running_var": rng.uniform(0.5, 2, 8),
+            "down.weight": rng.normal(size=(3, 8)),
+            "up.weight": rng.normal(size=(8, 3)),
+        }
+        for t in (1, 2, 3)
+    }
+    save_maps(tmp_path / "nn0.safetensors", low_rank, {"method": "nnjtc", "source_layer": 0})
+    for source in (1, 2):  # the later source layers' maps: mat's
+        fitted, _ = fit_source(states[source], ((t, states[t]) for t in range(source + 1, 4)))
+        save_maps(tmp_path / f"mat{source}.safetensors", fitted, {"source_layer": source})
+    maps = {
+        "id": [],
+        "mat": [str(tmp_path / f"mat{s}.safetensors") for s in range(3)],
+        "nnjtc": [str(tmp_path / "nn0.safetensors")]
+        + [str(tmp_path / f"mat{s}.safetensors") for s in (1, 2)],
+    }
+    want = layer_r2_table(states, maps, model="m", corpus="c")
+    got = layer_r2_table(states, maps, model="m", corpus="c", device=dev)
+    assert got.drop(["r2"]).equals(want.drop(["r2"])) and len(want) == 18
+    np.testing.assert_allclose(got["r2"].to_numpy(), want["r2"].to_numpy(), rtol=0, atol=1e-8)

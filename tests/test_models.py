@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from tiny import SENTENCES, save_model
+from tiny import SENTENCES, make_model, save_model
 
 from jtc.adapters import UnsupportedArchitecture, get_adapter
 from jtc.decode import Head
@@ -138,3 +138,78 @@ def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
             own = model(input_ids=torch.tensor([ids])).logits[0, positions["position"][row]]
             decoded = head.logits(torch.tensor(final[row : row + 1]))[0]
         np.testing.assert_allclose(decoded.numpy(), own.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "llama-tied", "bert-mlm"])
+def test_head_only_loading_equals_the_whole_models_head(tmp_path, kind):
+    """load_head reads only the head's tensors, tied or not, and gives the same head (bit for
+    bit) as the whole loaded model's."""
+    from jtc.models import load_head, model_head
+
+    model, tokenizer = make_model(kind.removesuffix("-tied"))
+    if kind == "llama-tied":
+        model.config.tie_word_embeddings = True
+        model.tie_weights()
+        assert model.lm_head.weight is model.get_input_embeddings().weight
+    model.save_pretrained(tmp_path / "src")
+    tokenizer.save_pretrained(tmp_path / "src")
+    cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
+    net, _, info = load_cached(tmp_path / "m")
+    whole = model_head(net, info, "m")
+    head, _, _ = load_head(tmp_path / "m", "m", threads=1)
+    states = torch.randn(7, 32, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(head.weight.cpu(), whole.weight)  # the job's device: a GPU if any
+    assert (head.bias is None) == (whole.bias is None)
+    with torch.no_grad():
+        torch.testing.assert_close(head.logits(states).cpu(), whole.logits(states))
+
+
+def test_bfloat16_model_is_cached_and_runs_in_bfloat16(tmp_path):
+    """models.NAME.dtype: the cache and the forward passes in bfloat16; the head decodes in
+    float32, close to the float32 model's."""
+    from jtc.models import load_head
+
+    src = save_model("llama", tmp_path / "src")
+    info = cache_model("b", {"source": str(src), "dtype": "bfloat16"}, tmp_path / "b")
+    cache_model("f", {"source": str(src)}, tmp_path / "f")
+    assert info["dtype"] == "bfloat16"
+    assert (tmp_path / "b/model.safetensors").stat().st_size < 0.6 * (
+        tmp_path / "f/model.safetensors"
+    ).stat().st_size
+    net, tokenizer, _ = load_cached(tmp_path / "b")
+    assert {p.dtype for p in net.parameters()} == {torch.bfloat16}
+    full, _, _ = load_cached(tmp_path / "f")
+    ids = torch.tensor([tokenizer(SENTENCES[0])["input_ids"]])
+    with torch.no_grad():
+        low, high = net(ids).logits.float(), full(ids).logits
+    assert torch.allclose(low, high, atol=0.05 * high.abs().max())
+    head, _, _ = load_head(tmp_path / "b", "b", threads=1)
+    assert head.weight.dtype == torch.float32
+    ref = Head.from_model(net, get_adapter("llama"))
+    assert torch.equal(head.weight.cpu(), ref.weight)
+
+
+def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):
+    """device_map without a GPU or accelerate, bfloat16 on a GPU without it: errors that name
+    the model and the key; the cache is kept."""
+    import importlib.util
+
+    from jtc.models import ComputeError, compute_problem, load_model
+
+    src = save_model("llama", tmp_path / "src")
+    cache_model("big", {"source": str(src), "device_map": "auto"}, tmp_path / "big")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ComputeError, match=r"model 'big': models\.big\.device_map 'auto'.*no CUDA"):
+        load_model(tmp_path / "big", threads=1)
+    assert (tmp_path / "big/model.safetensors").exists()
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
+    problem = compute_problem("m", "bfloat16", None, torch.device("cuda"))
+    assert "models.m.dtype bfloat16 is not supported by this GPU (Tesla V100)" in problem
+    assert compute_problem("m", "float16", None, torch.device("cuda")) is None
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name)
+    )
+    spec = {"source": str(src), "device_map": "auto", "predict": True}
+    assert "models.big.device_map needs the accelerate package" in planning_problem("big", spec)

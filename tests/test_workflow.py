@@ -225,7 +225,7 @@ def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert ran == {
         "record_parts": 2,
-        "fit_parts": 1,
+        "fit_parts": 2,  # one job per block
         "part_r2_table": 1,
         "plot_part_r2": 1,
         "prefix_states": 2,  # jump layers 0 and 1: once each, shared by the 3 variants

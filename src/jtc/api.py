@@ -243,7 +243,7 @@ class Lens:
         recorder.index = (0,)
         try:
             with torch.inference_mode():
-                self.adapter.backbone(self.model)(input_ids=ids)
+                self.adapter.backbone(self.model)(input_ids=ids.to(self.model.device))
         finally:
             recorder.remove()
         states = np.stack([s.cpu().numpy() for s in recorder.states])

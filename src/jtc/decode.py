@@ -9,6 +9,7 @@ prediction per position is O(width): enough to score any number of layers and me
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +39,13 @@ class Head:
     """The decoder head of a model, split into a transform and a linear unembedding."""
 
     def __init__(self, transform: nn.Module | None, unembedding: nn.Module):
+        # decoding runs in float32 whatever the model's dtype: a copy of a bfloat16/float16 head
+        if transform is not None and any(p.dtype != torch.float32 for p in transform.parameters()):
+            transform = copy.deepcopy(transform).float()
         self.transform = transform
-        self.weight: torch.Tensor = unembedding.weight.detach()  # (vocab, width)
+        self.weight: torch.Tensor = unembedding.weight.detach().float()  # (vocab, width)
         bias = getattr(unembedding, "bias", None)
-        self.bias: torch.Tensor | None = None if bias is None else bias.detach()
+        self.bias: torch.Tensor | None = None if bias is None else bias.detach().float()
 
     @classmethod
     def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:

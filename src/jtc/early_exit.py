@@ -292,7 +292,8 @@ def run_with_early_exit(
     handles = [block.register_forward_hook(make_hook(i)) for i, block in enumerate(blocks, 1)]
     handles.append(blocks[-1].register_forward_hook(keep_last))
     try:
-        adapter.backbone(model)(input_ids=torch.as_tensor(input_ids)[None])
+        ids = torch.as_tensor(input_ids, device=next(model.parameters()).device)[None]
+        adapter.backbone(model)(input_ids=ids)
     except _Exit:
         return decision["layer"], decision["token"]
     finally:

@@ -1,6 +1,8 @@
 """Least-squares shortcut maps (JTC's "mat"): h_l' ≈ A h_l, no intercept.
 
 One factorisation of the float64 Gram matrix X^T X per source layer serves every target layer.
+On a GPU the same float64 computation runs through torch (TorchSourceSolver); the CPU path uses
+numpy and scipy and imports no torch.
 Maps follow torch.nn.Linear's convention: weight has shape (d_out, d_in), pred = h @ weight.T;
 they are stored by jtc.maps.
 """
@@ -8,9 +10,13 @@ they are stored by jtc.maps.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_CONDITION = 1e12  # above this (estimated) condition number of X^T X, use the pseudo-inverse
 RHS_BYTES = 64 << 20  # targets solved together: at most this much float64 right-hand side
@@ -30,8 +36,7 @@ class SourceSolver:
         try:
             self.factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
             # a factorisation of a near-singular Gram matrix succeeds but is unreliable
-            rcond, info = scipy.linalg.lapack.dpocon(self.factor[0], np.abs(gram).sum(0).max())
-            if info != 0 or rcond < 1.0 / MAX_CONDITION:
+            if not _well_conditioned(self.factor[0], np.abs(gram).sum(0).max()):
                 raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
         except (np.linalg.LinAlgError, ValueError):
             # rank-deficient (constant dimension, fewer samples than width): minimum-norm solution
@@ -54,13 +59,58 @@ class SourceSolver:
         return np.asarray(y, dtype=np.float64).T @ self.projection.T
 
 
+def _well_conditioned(upper_factor: np.ndarray, gram_norm: float) -> bool:
+    """Whether LAPACK's estimate of the Gram matrix's condition number (from its upper
+    Cholesky factor and its 1-norm) is at most MAX_CONDITION."""
+    rcond, info = scipy.linalg.lapack.dpocon(upper_factor, gram_norm)
+    return info == 0 and rcond >= 1.0 / MAX_CONDITION
+
+
+class TorchSourceSolver:
+    """SourceSolver's computation in float64 on a torch device (a GPU): the same Gram matrix,
+    the same choice between Cholesky and the pseudo-inverse (LAPACK's condition estimate, from
+    the factor copied to the CPU), the same projection; results agree to rounding."""
+
+    def __init__(self, x: np.ndarray, device: torch.device):
+        import torch
+
+        self.device = device
+        self.x = torch.as_tensor(np.asarray(x)).to(device).to(torch.float64)  # cast on the GPU
+        gram = self.x.T @ self.x
+        factor, info = torch.linalg.cholesky_ex(gram, upper=True)
+        finite = bool(torch.isfinite(gram).all())
+        gram_norm = float(gram.abs().sum(0).max())
+        self.method = "cholesky"
+        if finite and int(info) == 0 and _well_conditioned(factor.cpu().numpy(), gram_norm):
+            self.projection = torch.cholesky_solve(self.x.T, factor, upper=True)
+        else:
+            self.method = "pinv"
+            eps = torch.finfo(torch.float64).eps
+            self.projection = torch.linalg.pinv(self.x, rtol=max(self.x.shape) * eps)
+
+    def solve_transposed(self, y: np.ndarray) -> np.ndarray:
+        """W^T (d_out, d_in), as SourceSolver.solve_transposed, rounded to float32 on the device
+        (the type maps are stored in: the same rounding as the CPU path's when it is saved),
+        which halves what comes back from the GPU."""
+        import torch
+
+        y_t = torch.as_tensor(np.asarray(y)).to(self.device).to(torch.float64)
+        return (y_t.T @ self.projection.T).to(torch.float32).cpu().numpy()
+
+
 def fit_source(
-    x: np.ndarray, targets: Iterable[tuple[int, np.ndarray]]
+    x: np.ndarray,
+    targets: Iterable[tuple[int, np.ndarray]],
+    device: torch.device | None = None,
 ) -> tuple[dict[int, np.ndarray], str]:
-    """Weights (d_out, d_in) for each target layer, and the solver used.
+    """Weights (d_out, d_in) for each target layer, and the solver used; on `device` (a GPU)
+    when given (weights computed in float64, returned in float32), else on the CPU (float64).
 
     Targets are copied side by side into one float64 buffer (at most RHS_BYTES) and solved with
     one matrix product per buffer: full BLAS speed, bounded memory."""
+    if device is not None:  # each target straight to the device: no float64 copy on the CPU
+        solver = TorchSourceSolver(x, device)
+        return {layer: solver.solve_transposed(y) for layer, y in targets}, solver.method
     solver = SourceSolver(x)
     n = solver.x.shape[0]
     weights: dict[int, np.ndarray] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,7 +277,7 @@ def read_metadata(path: str | Path) -> dict[str, object]:
     return decoded
 
 
-# --- sub-module maps: one file per model and corpus, a full matrix per (block, part) --------
+# --- sub-module maps: one file per block, a full matrix per part -------------------------------
 
 PART_FORMAT = "jtc-part-maps-v1"
 
@@ -295,8 +295,19 @@ def save_part_maps(
     _write(path, tensors, meta)
 
 
-def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
-    """{(block, part): map} from a file written by save_part_maps."""
+def load_part_maps(
+    paths: str | Path | Sequence[str | Path],
+) -> dict[tuple[int, str], ShortcutMap]:
+    """{(block, part): map} from one or several files written by save_part_maps."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    maps: dict[tuple[int, str], ShortcutMap] = {}
+    for path in paths:
+        maps.update(_read_part_maps(path))
+    return maps
+
+
+def _read_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
     maps: dict[tuple[int, str], ShortcutMap] = {}
     try:
         with safe_open(str(path), framework="numpy") as handle:

@@ -3,6 +3,7 @@ cache them once as safetensors, load the cache."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import zlib
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch
 import transformers
+from safetensors import safe_open
 from safetensors.torch import save_model
 from transformers import (
     AutoConfig,
@@ -35,7 +37,42 @@ def _auto_class(config: transformers.PretrainedConfig) -> type:
     return AutoModel
 
 
-def _load(cand: Candidate, trust_remote_code: bool):
+# a model's compute dtype (models.NAME.dtype): the type of its cached weights and forward passes
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ComputeError(RuntimeError):
+    """A model's dtype or device_map that this job's machine cannot run."""
+
+
+def job_device() -> torch.device:
+    """The device of a workflow job: the GPU when one is visible, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def compute_problem(
+    name: str, dtype: str, device_map: str | None, device: torch.device
+) -> str | None:
+    """Why a model cannot run in `dtype` (and with `device_map`) on `device`, or None."""
+    if dtype not in DTYPES:
+        return f"model '{name}': models.{name}.dtype '{dtype}' is not one of {', '.join(DTYPES)}"
+    if device_map is not None:
+        if device.type != "cuda":
+            return (
+                f"model '{name}': models.{name}.device_map '{device_map}' spreads the model "
+                "over GPUs, but this job sees no CUDA device"
+            )
+        if importlib.util.find_spec("accelerate") is None:
+            return f"model '{name}': models.{name}.device_map needs the accelerate package"
+    if device.type == "cuda" and dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+        return (
+            f"model '{name}': models.{name}.dtype bfloat16 is not supported by this GPU "
+            f"({torch.cuda.get_device_name(device)}); use float16 or float32"
+        )
+    return None
+
+
+def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if cand.gguf_file:
         kwargs["gguf_file"] = cand.gguf_file
@@ -43,7 +80,7 @@ def _load(cand: Candidate, trust_remote_code: bool):
         kwargs["revision"] = cand.revision
     config = AutoConfig.from_pretrained(cand.location, **kwargs)
     get_adapter(config.model_type)  # fail early on an unsupported architecture
-    model = _auto_class(config).from_pretrained(cand.location, dtype=torch.float32, **kwargs)
+    model = _auto_class(config).from_pretrained(cand.location, dtype=DTYPES[dtype], **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(cand.location, **kwargs)
     return model.eval(), tokenizer
 
@@ -53,7 +90,8 @@ def load_from_source(name: str, spec: dict[str, Any]):
     cands, tried = candidates(spec)
     for cand in cands:
         try:
-            model, tokenizer = _load(cand, bool(spec.get("trust_remote_code", False)))
+            trust = bool(spec.get("trust_remote_code", False))
+            model, tokenizer = _load(cand, trust, spec.get("dtype", "float32"))
             return model, tokenizer, cand
         except Exception as exc:  # noqa: BLE001 - each failure is reported to the user
             reason = " ".join(str(exc).split())[:300]
@@ -147,19 +185,32 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(tmp)
         info = model_info(name, model, tokenizer, cand.describe())
+        info["dtype"] = spec.get("dtype", "float32")
+        info["device_map"] = spec.get("device_map")
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         write_manifest(tmp)
     return info
 
 
-def load_cached(model_dir: str | Path):
+def load_cached(model_dir: str | Path, device: torch.device | None = None):
     """(model, tokenizer, info) from a folder written by cache_model, its files checked
-    against its manifest first; no remote code is run."""
+    against its manifest first; no remote code is run. The model runs in its cached dtype
+    (models.NAME.dtype), on `device` (default the CPU) or spread by its device_map."""
     model_dir = Path(model_dir)
     check_manifest(model_dir)
     info = read_json(model_dir / "info.json")
+    dtype, device_map = info.get("dtype", "float32"), info.get("device_map")
+    device = device or torch.device("cpu")
+    problem = compute_problem(info.get("name", model_dir.name), dtype, device_map, device)
+    if problem:
+        raise ComputeError(problem)
     config = AutoConfig.from_pretrained(model_dir)
-    model = _auto_class(config).from_pretrained(model_dir, dtype=torch.float32).eval()
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    model = _auto_class(config).from_pretrained(model_dir, **kwargs).eval()
+    if device_map is None and device.type != "cpu":
+        model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return model, tokenizer, info
 
@@ -168,10 +219,7 @@ def load_model(model_dir: str | Path, threads: int):
     """(model, tokenizer, info) of a cached model for a workflow job: torch limited to the
     job's threads, the model on the GPU when the job has one."""
     torch.set_num_threads(threads)
-    net, tokenizer, info = load_cached(model_dir)
-    if torch.cuda.is_available():
-        net = net.cuda()
-    return net, tokenizer, info
+    return load_cached(model_dir, job_device())
 
 
 def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
@@ -179,7 +227,54 @@ def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
     return Head.from_model(net, get_adapter(info["architecture"]), name)
 
 
+def _parameter_names(model: torch.nn.Module) -> dict[int, list[str]]:
+    """Every name of each parameter and buffer (a tied weight has several)."""
+    names: dict[int, list[str]] = {}
+    for name, tensor in [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]:
+        names.setdefault(id(tensor), []).append(name)
+    return names
+
+
+def _materialise(module: torch.nn.Module, names, weights, device: torch.device) -> None:
+    """Give a module built on the meta device its cached tensors, in float32, on `device`."""
+    wanted = {}
+    for local, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        stored = [n for n in names[id(tensor)] if n in weights.keys()]
+        if stored:
+            wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
+    module.to_empty(device=device)
+    missing = module.load_state_dict(wanted, strict=False).missing_keys
+    persistent = {n for n, _ in module.named_parameters()}
+    if missing_params := sorted(set(missing) & persistent):
+        raise CorruptFileError(f"the cached weights lack the head tensors {missing_params}")
+
+
 def load_head(model_dir: str | Path, name: str, threads: int):
-    """(decoder head, tokenizer, info) of a cached model, as load_model loads it."""
-    net, tokenizer, info = load_model(model_dir, threads)
-    return model_head(net, info, name), tokenizer, info
+    """(decoder head, tokenizer, info) of a cached model, in float32 on the job's device,
+    reading only the head's tensors (its final norm or transform and its unembedding) from the
+    cached safetensors: the rest of the model is never built. Gives the same head as
+    model_head(load_model(...)) for a float32 model."""
+    torch.set_num_threads(threads)
+    model_dir = Path(model_dir)
+    check_manifest(model_dir)
+    info = read_json(model_dir / "info.json")
+    config = AutoConfig.from_pretrained(model_dir)
+    adapter = get_adapter(info["architecture"])
+    with torch.device("meta"):
+        skeleton = _auto_class(config).from_config(config, dtype=torch.float32)
+    try:
+        transform, unembedding = adapter.head(skeleton)
+    except AttributeError:
+        model_head(skeleton, info, name)  # raises NoDecoderHead, naming the model
+        raise
+    device = job_device()
+    names = _parameter_names(skeleton)
+    with safe_open(model_dir / "model.safetensors", "pt") as weights:
+        for module in (transform, unembedding):
+            if module is not None:
+                _materialise(module, names, weights, device)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return Head(transform, unembedding), tokenizer, info

@@ -7,7 +7,9 @@ Blocks are numbered 1..L (block b maps h_{b-1} to h_b); the parts are jtc.adapte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +17,10 @@ import pyarrow as pa
 from .fit import fit_source
 from .io import part_file, read_json, read_site, read_site_aligned, rows_table
 from .maps import ShortcutMap
-from .metrics import r2_score
+from .metrics import shortcut_r2
+
+if TYPE_CHECKING:
+    import torch
 
 # replacement variant -> the parts it replaces by their maps in every block after the jump
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -59,27 +64,39 @@ def recorded_parts(states_dir: str | Path) -> dict[str, str]:
     return {name: "->".join(dict.fromkeys(paths)) for name, paths in info["parts"].items()}
 
 
-def fit_parts(train_dir: str | Path) -> tuple[dict[tuple[int, str], np.ndarray], dict]:
-    """The no-intercept least-squares weight (d_out, d_in) of every (block, part), and the
-    solver used for each, from the recorded training inputs and outputs."""
-    num_layers = read_json(Path(train_dir) / "info.json")["num_layers"]
+def fit_parts(
+    train_dir: str | Path,
+    blocks: Sequence[int] | None = None,
+    device: torch.device | None = None,
+) -> tuple[dict[tuple[int, str], np.ndarray], dict]:
+    """The no-intercept least-squares weight (d_out, d_in) of every part of `blocks` (default
+    all, 1..L), and the solver used for each, from the recorded training inputs and outputs
+    (on `device`, a GPU, when given)."""
+    if blocks is None:
+        blocks = range(1, read_json(Path(train_dir) / "info.json")["num_layers"] + 1)
     parts = recorded_parts(train_dir)
     weights: dict[tuple[int, str], np.ndarray] = {}
     solvers: dict[str, str] = {}
-    for block in range(1, num_layers + 1):
+    for block in blocks:
         for part in parts:
             ids, x = read_site(part_file(train_dir, block, part, "in"))
             y = read_site_aligned(part_file(train_dir, block, part, "out"), ids, np.float32)
-            fitted, solver = fit_source(x, [(0, y)])
+            fitted, solver = fit_source(x, [(0, y)], device)
             weights[(block, part)] = fitted[0]
             solvers[f"{block}.{part}"] = solver
     return weights, solvers
 
 
 def part_r2_table(
-    val_dir: str | Path, maps: dict[tuple[int, str], ShortcutMap], *, model: str, corpus: str
+    val_dir: str | Path,
+    maps: dict[tuple[int, str], ShortcutMap],
+    *,
+    model: str,
+    corpus: str,
+    device: torch.device | None = None,
 ) -> pa.Table:
-    """r² of every (block, part) map on the recorded validation inputs and outputs."""
+    """r² of every (block, part) map on the recorded validation inputs and outputs (on
+    `device`, a GPU, when given)."""
     modules = recorded_parts(val_dir)
     rows = []
     for (block, part), shortcut in sorted(maps.items()):
@@ -94,7 +111,7 @@ def part_r2_table(
                 "block": block,
                 "part": part,
                 "module": modules[part],
-                "r2": r2_score(y, shortcut(x)),
+                "r2": shortcut_r2(y, x, shortcut, device),
             }
         )
     return rows_table(rows, PART_R2_COLUMNS)

@@ -13,7 +13,8 @@ MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenize
 HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer
 PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs and outputs
 MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}/from_{{source}}.safetensors"
-PART_MAPS = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"
+# a map per part of one block (1..L): one fit_parts job each
+PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts/block_{{block}}.safetensors"
 SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
 PREFIX = f"{RESULTS}/submodules/{{model}}/{{corpus}}/prefix/jump_{{jump}}.parquet"
 REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/{{variant}}/jump_{{jump}}.parquet"

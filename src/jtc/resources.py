@@ -29,6 +29,7 @@ class Shape:
     vocab: int = 50_000
     rows: int = 10_000
     tokens: int = 128  # per sentence, at most
+    parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
 
     @classmethod
     def of(cls, model_dir: str | Path, rows: int, tokens: int) -> Shape:
@@ -44,11 +45,17 @@ class Shape:
             vocab=int(info.get("vocab_size") or 50_000),
             rows=rows,
             tokens=tokens,
+            parameter_bytes=4 if info.get("dtype", "float32") == "float32" else 2,
         )
 
     @property
     def model_mb(self) -> float:
-        return self.parameters * 4 / 1e6
+        return self.parameters * self.parameter_bytes / 1e6
+
+    @property
+    def head_mb(self) -> float:
+        """The decoder head alone, in float32 (jobs that decode load only the head)."""
+        return self.vocab * self.width * 4 / 1e6
 
     def states_mb(self, rows: int, layers: int | None = None, itemsize: int = 4) -> float:
         return rows * (self.layers + 1 if layers is None else layers) * self.width * itemsize / 1e6
@@ -64,12 +71,12 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
         need = 2 * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
     elif stage == "fit_mat":  # float64 X, its projection and one target; 64 MB of targets
         need = s.rows * s.width * 8 * 4 / 1e6 + 64
-    elif stage == "train_map":  # the tuned lens also holds the model and a batch of logits
-        need = 2 * s.model_mb + s.rows * s.width * 4 * 4 / 1e6 + 128 * s.vocab * 4 * 4 / 1e6
+    elif stage == "train_map":  # the tuned lens also holds the head and a batch of logits
+        need = 2 * s.head_mb + s.rows * s.width * 4 * 4 / 1e6 + 128 * s.vocab * 4 * 4 / 1e6
     elif stage == "r2_table":  # every validation layer, in float64, and one prediction
         need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
     elif stage in ("decode_predictions", "prediction_examples"):
-        need = 2 * s.model_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
+        need = 2 * s.head_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
     elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
         need = 2 * s.model_mb + 1024 + 512
     elif stage == "fit_parts":  # one part at a time, as a fit_mat job's
@@ -90,8 +97,8 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = 2 * s.parameters * s.rows * s.tokens / 4
     elif stage == "replace_parts":  # at most every block, and one decoding of every row
         flop = 2 * s.parameters * s.rows * s.tokens / 4 + 4 * s.rows * s.width * s.vocab
-    elif stage == "fit_parts":  # a Gram matrix and a solve per (block, part)
-        flop = 2 * s.rows * s.width**2 * 4 * s.layers * 2
+    elif stage == "fit_parts":  # a Gram matrix and a solve per part of one block
+        flop = 2 * s.rows * s.width**2 * 4 * 2
     elif stage == "fit_mat":  # one source layer: the Gram, its factor, every target
         flop = 2 * s.rows * s.width**2 * (s.layers + 2)
     elif stage == "train_map":  # the tuned lens: four vocabulary products per row and epoch

@@ -127,7 +127,13 @@ def local_num_layers(spec: dict[str, Any]) -> int | None:
 
 def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
     """What is already known to be wrong with a model entry before any weights are loaded: an
-    architecture without an adapter, or prediction asked of a model without a decoder head."""
+    architecture without an adapter, prediction asked of a model without a decoder head, or a
+    device_map without the accelerate package."""
+    if spec.get("device_map") is not None and importlib.util.find_spec("accelerate") is None:
+        return (
+            f"model '{name}': models.{name}.device_map needs the accelerate package "
+            "(pip install accelerate)"
+        )
     config = local_config(spec)
     if config is None:
         return None

@@ -56,6 +56,7 @@ wildcard_constraints:
     method=_alternatives(config["methods"]),
     variant=_alternatives(SUBMODULES["variants"]),
     jump=r"\d+",
+    block=r"\d+",
 
 
 def code_hash(rule):
@@ -144,6 +145,12 @@ def map_files(model, corpus, method):
         method=method,
         source=range(num_layers(model)),
     )
+
+
+def part_map_files(model, corpus):
+    """The sub-module map files, one per block 1..L."""
+    blocks = range(1, num_layers(model) + 1)
+    return expand(paths.PART_MAP, model=model, corpus=corpus, block=blocks)
 
 
 def get_final_output():

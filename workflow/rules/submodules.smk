@@ -1,8 +1,8 @@
 # Linear shortcuts across sub-modules (docs/method.md): record every block part's input and
-# output, fit a map per (block, part), and run the model with a part replaced in every block
-# after a jump layer. Each (model, corpus, variant, jump) is its own job; the states below a
-# jump layer are computed once per jump layer and shared by the variants (temporary files,
-# removed once every variant has run).
+# output, fit a map per (block, part) (one job per block), and run the model with a part
+# replaced in every block after a jump layer. Each (model, corpus, variant, jump) is its own
+# job; the states below a jump layer are computed once per jump layer and shared by the
+# variants (temporary files, removed once every variant has run).
 
 
 rule record_parts:
@@ -36,11 +36,11 @@ rule fit_parts:
     input:
         paths.fill(paths.PARTS, split="train"),
     output:
-        paths.PART_MAPS,
+        paths.PART_MAP,
     log:
-        "logs/fit_parts/{model}/{corpus}.log",
+        "logs/fit_parts/{model}/{corpus}/block_{block}.log",
     benchmark:
-        "benchmarks/fit_parts/{model}/{corpus}.tsv"
+        "benchmarks/fit_parts/{model}/{corpus}/block_{block}.tsv"
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -56,7 +56,7 @@ rule fit_parts:
 rule part_r2_table:
     input:
         validation=paths.fill(paths.PARTS, split="validation"),
-        maps=paths.PART_MAPS,
+        maps=lambda w: part_map_files(w.model, w.corpus),
     output:
         table=paths.metric("parts_r2.parquet"),
         csv=report(
@@ -128,7 +128,7 @@ rule replace_parts:
         model=lambda w: checked_model_dir(w.model, parts=True),
         validation=paths.fill(paths.HIDDEN, split="validation"),
         prefix=paths.PREFIX,
-        maps=paths.PART_MAPS,
+        maps=lambda w: part_map_files(w.model, w.corpus),
     output:
         paths.REPLACED,
     log:

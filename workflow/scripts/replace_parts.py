@@ -7,7 +7,7 @@ with job_log(snakemake.log[0]):
         snakemake.input.model,
         snakemake.input.validation,
         snakemake.input.prefix,
-        snakemake.input.maps,
+        list(snakemake.input.maps),
         snakemake.output[0],
         model=snakemake.wildcards.model,
         variant=snakemake.wildcards.variant,

@@ -11,10 +11,11 @@ def fit_mat(
     train_dir: str, out: str, *, source: int, model: str, corpus: str, threads: int
 ) -> None:
     """Fit mat (least squares, no intercept) from `source` to every later layer on the
-    training states."""
+    training states (on the GPU when the job has one)."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
+    from ..devices import linalg_device
     from ..fit import fit_source
     from ..io import read_aligned, read_json, read_states
     from ..maps import save_maps
@@ -27,7 +28,7 @@ def fit_mat(
         for t in range(source + 1, info["num_layers"] + 1)
     )
     with threadpool_limits(threads):
-        weights, solver = fit_source(x, targets)
+        weights, solver = fit_source(x, targets, linalg_device())
     meta = {"method": "mat", "model": model, "corpus": corpus, "source_layer": source}
     save_maps(out, weights, {**meta, "n_train": len(ids), "solver": solver})
 
@@ -54,7 +55,6 @@ def train_map(
     from ..io import read_aligned, read_json, read_states
     from ..maps import save_maps
     from ..methods import fitted_targets
-    from ..models import load_head
     from ..train import TrainSettings, default_rank, pair_seed, train_low_rank, train_tuned_lens
 
     torch.set_num_threads(threads)
@@ -66,6 +66,8 @@ def train_map(
     if method == "tuned_lens":
         if model_dir is None:
             raise ValueError("the tuned lens is trained through the model's head: no model given")
+        from ..models import load_head  # transformers: imported only by the jobs that need it
+
         head, _, _ = load_head(model_dir, model, threads)
         for target in targets:  # the last layer: the final prediction is read from its states
             final = read_aligned(train_dir, target, ids, np.float32)

@@ -8,9 +8,10 @@ def r2_table(
     val_dir: str, maps: dict[str, list[str]], out: str, *, model: str, corpus: str, threads: int
 ) -> None:
     """r² of every method on every pair l < l' of the validation states (`maps`: per method
-    its map files, one per source layer; id needs none)."""
+    its map files, one per source layer; id needs none). On the GPU when the job has one."""
     from threadpoolctl import threadpool_limits
 
+    from ..devices import linalg_device
     from ..io import read_aligned, read_json, read_states, write_table
     from ..metrics import layer_r2_table
 
@@ -18,7 +19,7 @@ def r2_table(
     ids, first = read_states(val_dir, 0)
     states = [first] + [read_aligned(val_dir, layer, ids) for layer in range(1, n_layers + 1)]
     with threadpool_limits(threads):
-        table = layer_r2_table(states, maps, model=model, corpus=corpus)
+        table = layer_r2_table(states, maps, model=model, corpus=corpus, device=linalg_device())
     write_table(table, out, csv=True)
 
 

@@ -35,28 +35,35 @@ def record_parts(
     )
 
 
-def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int) -> None:
-    """A least-squares map from input to output of every (block, part), training split."""
+def fit_parts(
+    train_dir: str, out: str, *, block: int, model: str, corpus: str, threads: int
+) -> None:
+    """A least-squares map from input to output of every part of one block, training split (on
+    the GPU when the job has one)."""
     from threadpoolctl import threadpool_limits
 
+    from ..devices import linalg_device
     from ..io import read_json
     from ..maps import save_part_maps
     from ..parts import fit_parts as fit
 
     with threadpool_limits(threads):
-        weights, solvers = fit(train_dir)
+        weights, solvers = fit(train_dir, [block], linalg_device())
     info = read_json(f"{train_dir}/info.json")
-    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": info["sentences"]}
-    save_part_maps(out, weights, {**meta, "solvers": solvers})
+    meta = {"method": "mat", "model": model, "corpus": corpus, "block": block}
+    save_part_maps(out, weights, {**meta, "n_train": info["sentences"], "solvers": solvers})
 
 
-def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
-    """r² of every (block, part) map on the recorded validation inputs and outputs."""
+def part_r2_table(val_dir: str, maps: list[str], out: str, *, model: str, corpus: str) -> None:
+    """r² of every (block, part) map on the recorded validation inputs and outputs (on the GPU
+    when the job has one)."""
+    from ..devices import linalg_device
     from ..io import write_table
     from ..maps import load_part_maps
     from ..parts import part_r2_table as r2
 
-    write_table(r2(val_dir, load_part_maps(maps), model=model, corpus=corpus), out, csv=True)
+    table = r2(val_dir, load_part_maps(maps), model=model, corpus=corpus, device=linalg_device())
+    write_table(table, out, csv=True)
 
 
 def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:

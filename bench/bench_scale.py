@@ -1,0 +1,427 @@
+"""A paper-size jtc experiment end to end through Snakemake, on one model folder (a random-weight
+model of a real shape from bench/scale_model.py, or any local model folder) and one text corpus.
+
+It writes WORKDIR/config.yaml (one model, one text_file corpus, the methods asked for; NJTC and
+N-NJTC into the last layer only, as in config/paper.yaml; prediction and early exit on), runs
+
+    python -m snakemake --snakefile REPO/workflow/Snakefile --directory WORKDIR
+        --configfile WORKDIR/config.yaml --cores N TARGET
+
+with this Python (so snakemake need only be importable, e.g. from PYTHONPATH), and prints:
+the wall time; jobs and job-seconds per rule (jobs counted from Snakemake's log, seconds summed
+from the `s` column of the benchmark files WORKDIR/benchmarks/<rule>/...tsv written by this run);
+GPU utilisation sampled every 0.5 s (mean %, share of samples above 0) and peak GPU memory used,
+from nvidia-smi (skipped with a note where there is none). --json FILE writes the same as JSON.
+
+Run: python bench/bench_scale.py --model-dir DIR --workdir DIR --text FILE [--dtype bfloat16]
+         [--train 9000 --validation 3000] [--methods id,mat,njtc,nnjtc,tuned_lens]
+         [--submodule-jumps 0] [--cores 16] [--json report.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+R2_TABLE = "results/metrics/{model}/{corpus}/r2.parquet"  # jtc.paths.metric("r2.parquet")
+# the rules that use a GPU when one is visible (workflow/profiles/slurm asks a GPU for them)
+GPU_RULES = (
+    "extract_hidden",
+    "decode_predictions",
+    "train_map",
+    "record_parts",
+    "prefix_states",
+    "replace_parts",
+)
+JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\s*$")
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]\s*$")
+JOB_ID = re.compile(r"^\s+jobid: (\d+)\s*$")
+FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
+PROGRESS = re.compile(r"^\d+ of \d+ steps \(.*\) done")
+
+
+# --- the experiment -------------------------------------------------------------------------
+
+
+def model_layers(model_dir: Path) -> int:
+    """The number of blocks of a Hugging Face model folder, from its config.json."""
+    config = json.loads((model_dir / "config.json").read_text())
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if key in config:
+            return int(config[key])
+    raise SystemExit(f"{model_dir}/config.json names no number of layers")
+
+
+def jump_layers(layers: int, count: int) -> list[int]:
+    """`count` jump layers spread evenly over 0..layers-1 (first and last included)."""
+    if count <= 1:
+        return [layers // 2]
+    count = min(count, layers)
+    return sorted({round(i * (layers - 1) / (count - 1)) for i in range(count)})
+
+
+def experiment_config(args, model: str, corpus: str) -> dict:
+    model_dir = Path(args.model_dir).resolve()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    fraction = args.validation_fraction or args.validation / (args.train + args.validation)
+    config = {
+        "seed": args.seed,
+        "sizes": {"train": args.train, "validation": args.validation},
+        "validation_fraction": round(fraction, 6),
+        "batch_size": args.batch_size,
+        "max_tokens": args.max_tokens,
+        "methods": methods,
+        "corpora": {corpus: {"source": "text_file", "path": str(Path(args.text).resolve())}},
+        "models": {model: {"source": str(model_dir), "predict": True}},
+    }
+    if args.threads:
+        config["threads"] = args.threads
+    config["models"][model]["dtype"] = args.dtype
+    training = {m: {"targets": "last"} for m in ("njtc", "nnjtc") if m in methods}
+    if training:
+        config["training"] = training
+    if args.bootstrap:
+        config["prediction"] = {"bootstrap": args.bootstrap}
+    if args.submodule_jumps > 0:
+        config["submodules"] = {
+            "models": [model],
+            "corpora": [corpus],
+            "jump_layers": jump_layers(model_layers(model_dir), args.submodule_jumps),
+            "sentences": min(args.submodule_sentences, args.validation),
+        }
+    return config
+
+
+# --- GPU sampling ---------------------------------------------------------------------------
+
+
+class GpuSampler(threading.Thread):
+    """nvidia-smi's utilisation and memory used, every `interval` seconds, in the background;
+    the visible GPUs (CUDA_VISIBLE_DEVICES, when it lists indices) averaged (utilisation) and
+    summed (memory)."""
+
+    QUERY = ["--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []  # (utilisation %, memory MiB)
+        self.errors = 0
+        self._stop_event = threading.Event()
+        self.command = ["nvidia-smi", *self.QUERY]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if re.fullmatch(r"\d+(,\d+)*", visible):
+            self.command += ["-i", visible]
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("nvidia-smi") is not None
+
+    def sample(self) -> tuple[float, float] | None:
+        try:
+            out = subprocess.run(
+                self.command, capture_output=True, text=True, timeout=10, check=True
+            ).stdout
+            rows = [[float(x) for x in line.split(",")] for line in out.splitlines() if line]
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+        if not rows:
+            return None
+        return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            start = time.monotonic()
+            value = self.sample()
+            if value is None:
+                self.errors += 1
+            else:
+                self.samples.append(value)
+            self._stop_event.wait(max(0.0, self.interval - (time.monotonic() - start)))
+
+    def stop(self) -> dict:
+        self._stop_event.set()
+        self.join()
+        if not self.samples:
+            return {"note": f"nvidia-smi gave no samples ({self.errors} failed)"}
+        utilisation = [u for u, _ in self.samples]
+        return {
+            "samples": len(self.samples),
+            "interval_s": self.interval,
+            "utilization_mean_pct": sum(utilisation) / len(utilisation),
+            "busy_share": sum(u > 0 for u in utilisation) / len(utilisation),
+            "memory_peak_mib": max(m for _, m in self.samples),
+            "failed_samples": self.errors,
+        }
+
+
+# --- the run and its report -----------------------------------------------------------------
+
+
+def snakemake_command(args, workdir: Path, configfile: Path) -> list[str]:
+    """`python -m snakemake --snakefile S --directory W --configfile C [options] --cores N TARGET`
+    (options that take several values, such as --set-resources, come before --cores so that
+    they cannot swallow the target)."""
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
+    cmd += ["--directory", str(workdir), "--configfile", str(configfile)]
+    if args.gpu_jobs > 0:
+        cmd += ["--resources", f"gpu={args.gpu_jobs}", "--set-resources"]
+        cmd += [f"{rule}:gpu=1" for rule in GPU_RULES]
+    if args.forceall:
+        cmd.append("--forceall")
+    return [*cmd, *args.snakemake_args, "--cores", str(args.cores), args.target]
+
+
+def run_logged(cmd: list[str], log_path: Path, env: dict, echo: bool) -> tuple[int, list[str]]:
+    """Run `cmd`, its output (stdout and stderr) written to `log_path`; the job lines and, with
+    `echo`, the progress lines go to stderr too. Returns (exit status, output lines)."""
+    lines: list[str] = []
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            lines.append(line.rstrip("\n"))
+            if echo and (PROGRESS.match(line) or JOB_LINE.match(line)):
+                print(f"  {line.rstrip()}", file=sys.stderr, flush=True)
+        return proc.wait(), lines
+
+
+def jobs_per_rule(lines: list[str]) -> dict[str, int]:
+    """{rule: jobs started} from Snakemake's output ("rule NAME:", "localrule NAME:",
+    "checkpoint NAME:" open each job's block)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        match = JOB_LINE.match(line)
+        if match:
+            counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def logged_seconds(lines: list[str]) -> dict[str, float]:
+    """{rule: wall seconds of its jobs} from the time stamps of Snakemake's output (each job's
+    start and "Finished jobid" lines; 1 s resolution): every rule, benchmarked or not."""
+    stamp, rule, started = None, None, {}
+    seconds: dict[str, float] = {}
+    for line in lines:
+        if match := STAMP.match(line):
+            stamp = time.mktime(time.strptime(match.group(1), "%a %b %d %H:%M:%S %Y"))
+        elif match := JOB_LINE.match(line):
+            rule = match.group(1)
+        elif (match := JOB_ID.match(line)) and rule is not None and stamp is not None:
+            started[match.group(1)] = stamp
+            rule = None
+        elif (match := FINISHED.match(line)) and stamp is not None:
+            begin = started.pop(match.group(1), None)
+            if begin is not None:
+                seconds[match.group(2)] = seconds.get(match.group(2), 0.0) + stamp - begin
+    return seconds
+
+
+def benchmark_seconds(workdir: Path, since: float) -> dict[str, dict]:
+    """{rule: {files, seconds, max_rss_mb}} over the benchmark files WORKDIR/benchmarks/<rule>/
+    ...tsv written since `since` (a time.time()): the sum of their `s` column, the largest
+    max_rss."""
+    rules: dict[str, dict] = {}
+    root = workdir / "benchmarks"
+    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        if path.stat().st_mtime < since:
+            continue
+        rule = path.relative_to(root).parts[0]
+        entry = rules.setdefault(rule, {"files": 0, "seconds": 0.0, "max_rss_mb": 0.0})
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle, delimiter="\t"):
+                entry["seconds"] += float(row["s"])
+                try:
+                    entry["max_rss_mb"] = max(entry["max_rss_mb"], float(row["max_rss"]))
+                except (KeyError, ValueError):
+                    pass
+        entry["files"] += 1
+    return rules
+
+
+def report_rules(
+    jobs: dict[str, int], seconds: dict[str, dict], logged: dict[str, float]
+) -> dict[str, dict]:
+    rules = {}
+    for rule in sorted(jobs.keys() | seconds.keys()):
+        bench = seconds.get(rule)
+        rules[rule] = {
+            "jobs": jobs.get(rule, 0),
+            "seconds": bench["seconds"] if bench else None,
+            "benchmark_files": bench["files"] if bench else 0,
+            "max_rss_mb": bench["max_rss_mb"] if bench else None,
+            "log_seconds": logged.get(rule),
+        }
+    return rules
+
+
+def _number(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_report(report: dict) -> None:
+    print(f"wall time: {report['wall_seconds']:.1f} s (snakemake exit {report['exit_status']})")
+    rules = report["rules"]
+    width = max([len(r) for r in rules] + [5])
+    print(
+        f"{'rule':<{width}}  {'jobs':>5}  {'job-seconds':>11}  {'log seconds':>11}  "
+        f"{'peak RSS MB':>11}"
+    )
+    order = sorted(rules, key=lambda r: -(rules[r]["seconds"] or rules[r]["log_seconds"] or 0))
+    for rule in order:
+        entry = rules[rule]
+        print(
+            f"{rule:<{width}}  {entry['jobs']:>5}  {_number(entry['seconds'], 1):>11}  "
+            f"{_number(entry['log_seconds'], 0):>11}  {_number(entry['max_rss_mb'], 0):>11}"
+        )
+    total_jobs = sum(e["jobs"] for e in rules.values())
+    total = sum(e["seconds"] or 0.0 for e in rules.values())
+    logged = sum(e["log_seconds"] or 0.0 for e in rules.values())
+    print(f"{'total':<{width}}  {total_jobs:>5}  {total:>11.1f}  {logged:>11.0f}")
+    print(
+        "(job-seconds: the `s` column of the rule's benchmark files, '-' where it writes none; "
+        "log seconds: from Snakemake's time stamps, 1 s resolution, every rule)"
+    )
+    gpu = report["gpu"]
+    if "note" in gpu:
+        print(f"GPU: {gpu['note']}")
+    else:
+        print(
+            f"GPU: utilisation mean {gpu['utilization_mean_pct']:.1f}%, busy (>0%) in "
+            f"{gpu['busy_share'] * 100:.1f}% of {gpu['samples']} samples every "
+            f"{gpu['interval_s']} s; peak memory used {gpu['memory_peak_mib']:.0f} MiB"
+        )
+    print(f"r² table: {report['r2_table']} ({'exists' if report['r2_exists'] else 'MISSING'})")
+    print(f"snakemake log: {report['log']}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", required=True, help="a model folder (scale_model.py)")
+    parser.add_argument("--workdir", required=True, help="Snakemake's working directory")
+    parser.add_argument("--text", required=True, help="text corpus, one sentence a line")
+    parser.add_argument("--name", default=None, help="the model's name in the config")
+    parser.add_argument("--corpus", default="text", help="the corpus's name in the config")
+    parser.add_argument("--train", type=int, default=9000)
+    parser.add_argument("--validation", type=int, default=3000)
+    parser.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=None,
+        help="share of the text's lines put in validation (default validation/(train+validation))",
+    )
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--methods", default="id,mat,njtc,nnjtc,tuned_lens")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="bfloat16",
+        help="the model's models.NAME.dtype",
+    )
+    parser.add_argument(
+        "--submodule-jumps",
+        type=int,
+        default=0,
+        help="jump layers of the sub-module stage (0: off)",
+    )
+    parser.add_argument("--submodule-sentences", type=int, default=500)
+    parser.add_argument("--bootstrap", type=int, default=None, help="prediction.bootstrap")
+    parser.add_argument("--cores", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=None, help="jtc threads (default: jtc's)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gpu-jobs",
+        type=int,
+        default=None,
+        help="GPU jobs at once (a gpu resource on the GPU rules); default 1 where nvidia-smi "
+        "exists, else 0 (no limit)",
+    )
+    parser.add_argument("--target", default="all", help="Snakemake target rule or file")
+    parser.add_argument("--forceall", action="store_true", help="rerun every job")
+    parser.add_argument("--json", default=None, help="write the report to this JSON file too")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--snakemake-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="further Snakemake options (put this last)",
+    )
+    args = parser.parse_args(argv)
+    if args.gpu_jobs is None:
+        args.gpu_jobs = 1 if GpuSampler.available() else 0
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    model_dir = Path(args.model_dir).resolve()
+    if not (model_dir / "config.json").is_file():
+        raise SystemExit(f"--model-dir {model_dir}: no config.json (a model folder is needed)")
+    model = args.name or re.sub(r"[^A-Za-z0-9_-]", "-", model_dir.name).strip("-_") or "model"
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = experiment_config(args, model, args.corpus)
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    cmd = snakemake_command(args, workdir, configfile)
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    log_path = workdir / "bench_scale.log"
+    print(f"config: {configfile}\ncommand: {' '.join(cmd)}", flush=True)
+
+    sampler = GpuSampler() if GpuSampler.available() else None
+    if sampler:
+        sampler.start()
+    started = time.time()
+    start = time.perf_counter()
+    status, lines = run_logged(cmd, log_path, env, echo=not args.quiet)
+    wall = time.perf_counter() - start
+    gpu = sampler.stop() if sampler else {"note": "no nvidia-smi on this machine: not sampled"}
+
+    r2 = workdir / R2_TABLE.format(model=model, corpus=args.corpus)
+    report = {
+        "wall_seconds": wall,
+        "exit_status": status,
+        "rules": report_rules(
+            jobs_per_rule(lines), benchmark_seconds(workdir, started - 1.0), logged_seconds(lines)
+        ),
+        "gpu": gpu,
+        "model": model,
+        "model_dir": str(model_dir),
+        "workdir": str(workdir),
+        "config": config,
+        "command": cmd,
+        "r2_table": str(r2),
+        "r2_exists": r2.is_file(),
+        "log": str(log_path),
+    }
+    print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if status != 0:
+        print(
+            f"snakemake failed (exit {status}); the last lines of {log_path}:\n"
+            + "\n".join(lines[-40:]),
+            file=sys.stderr,
+        )
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

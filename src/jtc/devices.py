@@ -1,0 +1,26 @@
+"""Where a job's linear algebra runs: on the GPU when the job has one, else on the CPU with
+numpy and scipy. Torch is imported only where a GPU driver is present, so the torch-free jobs
+(fits, r² tables) stay torch-free, and fast to start, on a CPU machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+NVIDIA_DRIVER = Path("/dev/nvidiactl")
+
+
+def linalg_device() -> torch.device | None:
+    """The job's CUDA device, or None for the CPU path (no driver, no visible GPU, or
+    JTC_LINALG_DEVICE=cpu)."""
+    if os.environ.get("JTC_LINALG_DEVICE") == "cpu" or not NVIDIA_DRIVER.exists():
+        return None
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return None
+    import torch
+
+    return torch.device("cuda") if torch.cuda.is_available() else None
