@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from jtc import paths
 from jtc.config import ConfigError
 from jtc.io import CorruptFileError, read_json
+from jtc.keep import Keeper
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
@@ -32,6 +33,41 @@ if workflow.is_main_process:
             f"jtc: removed a stale lock left by an interrupted run: {_lock}",
             file=sys.stderr,
         )
+
+# A failed job costs nothing already computed (jtc.keep): every output under results/ gets a
+# hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
+# are put back with Snakemake's record of them; a successful run drops the links.
+KEEPER = Keeper(
+    paths.RESULTS,
+    Path(".snakemake", "jtc-kept"),
+    lambda key: workflow.persistence._read_record(key),
+    lambda key, record: workflow.persistence._write_record(key, record),
+    temporary=[re.sub(r"\{\w+\}", "*", paths.PREFIX)],
+)
+
+
+onstart:
+    if KEEPER.save() is None:
+        print(
+            "jtc: could not hard-link results/ into .snakemake/ (another file system?): "
+            "outputs deleted by a failing job will not be put back",
+            file=sys.stderr,
+        )
+
+
+onsuccess:
+    KEEPER.drop()
+
+
+onerror:
+    restored = KEEPER.restore()
+    if restored:
+        print(
+            f"jtc: put back {len(restored)} outputs that failed jobs had deleted "
+            f"(e.g. {restored[0]}); they and their records are as before this run",
+            file=sys.stderr,
+        )
+
 
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])

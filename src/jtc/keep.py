@@ -1,0 +1,109 @@
+"""A failed rebuild costs nothing already computed.
+
+Snakemake deletes a job's outputs before the job runs, so a job that then fails (a setting that
+can only fail at job time, a crash, a full disk) would lose the previous result. Before a run's
+jobs start, `Keeper.save` gives every file under results/ a hard link in a folder of its own (no
+data is copied: jtc replaces results by renaming new files into place, never by writing into an
+existing file) and keeps Snakemake's record of how each output was made. When the run fails,
+`Keeper.restore` puts back every output that is gone, a folder output whole, with its content,
+time stamp and record: the next run sees exactly what it saw before the failed one (so it reruns
+the job while the bad setting is there, and nothing once it is reverted). A successful run drops
+the links. Temporary outputs (removed on purpose once used) are not put back.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+TIMESTAMP = ".snakemake_timestamp"  # Snakemake's marker inside a folder output
+
+
+def _outputs(results: Path) -> Iterable[Path]:
+    """The output units under results/: folder outputs (they hold Snakemake's time stamp
+    marker) whole, and every other file."""
+    for folder, dirs, files in os.walk(results):
+        here = Path(folder)
+        if TIMESTAMP in files:
+            dirs.clear()
+            yield here
+            continue
+        dirs.sort()
+        for name in sorted(files):
+            yield here / name
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Hard-link `source` (a file or a folder) at `target`."""
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=os.link, symlinks=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(source, target)
+
+
+class Keeper:
+    """Hard links of a run's previous outputs, and Snakemake's records of them.
+
+    `read_record(path)` and `write_record(path, record)` read and write Snakemake's metadata
+    record of an output (its params, code, inputs), keyed by the output's path."""
+
+    def __init__(
+        self,
+        results: str | Path,
+        folder: str | Path,
+        read_record: Callable[[str], Any],
+        write_record: Callable[[str, Any], None],
+        temporary: Iterable[str] = (),
+    ):
+        self.results = Path(results)
+        self.folder = Path(folder)
+        self.read_record = read_record
+        self.write_record = write_record
+        self.temporary = list(temporary)  # glob patterns of temporary outputs
+        self.records: dict[Path, Any] = {}
+
+    def _kept(self, path: Path) -> bool:
+        return not any(fnmatch.fnmatch(str(path), pattern) for pattern in self.temporary)
+
+    def save(self) -> int | None:
+        """Link every output under results/ into the keeper's folder; the number linked, or
+        None where hard links cannot be made (e.g. across file systems: nothing is kept)."""
+        self.drop()
+        self.records.clear()
+        if not self.results.is_dir():
+            return 0
+        try:
+            for path in _outputs(self.results):
+                if self._kept(path):
+                    _link_tree(path, self.folder / path.relative_to(self.results))
+                    self.records[path] = self.read_record(str(path))
+        except OSError:
+            self.drop()
+            self.records.clear()
+            return None
+        return len(self.records)
+
+    def restore(self) -> list[Path]:
+        """Put back every saved output that is gone now, with Snakemake's record of it; then
+        drop the links. The outputs put back."""
+        restored = []
+        for path, record in self.records.items():
+            if path.exists():
+                continue
+            saved = self.folder / path.relative_to(self.results)
+            if not saved.exists():
+                continue
+            _link_tree(saved, path)
+            if record is not None:
+                self.write_record(str(path), record)
+            restored.append(path)
+        self.drop()
+        return restored
+
+    def drop(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
