@@ -248,3 +248,26 @@ def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_ru
     shutil.rmtree(folder)
     run_snakemake(work, table)
     assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))
+
+
+@pytest.mark.workflow
+def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_path):
+    """A cached model damaged after a finished run: the first job that loads it fails naming
+    the folder to delete (the outputs it had are put back); deleting it and rerunning caches
+    the model again and rebuilds the same tables."""
+    import pyarrow.parquet as pq
+    from harness import copy_run, run_snakemake, snapshot
+
+    work = copy_run(tiny_run, tmp_path / "work")
+    folder = work / "results/models/gpt"
+    (folder / "tokenizer.json").write_bytes(b"{}")
+    before = snapshot(work)
+    table = "results/metrics/gpt/mini/prediction.parquet"
+    failed = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
+    assert failed.returncode != 0
+    logs = "".join(p.read_text() for p in (work / "logs/decode_predictions").rglob("*.log"))
+    assert f"delete the folder {folder.relative_to(work)} and rerun the workflow" in logs
+    assert snapshot(work) == before  # the predictions the failed jobs had deleted are back
+    shutil.rmtree(folder)
+    run_snakemake(work, table)
+    assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))
