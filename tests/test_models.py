@@ -197,10 +197,11 @@ def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):
     from jtc.models import ComputeError, compute_problem, load_model
 
     src = save_model("llama", tmp_path / "src")
-    cache_model("big", {"source": str(src), "device_map": "auto"}, tmp_path / "big")
+    info = cache_model("big", {"source": str(src)}, tmp_path / "big")
+    assert "device_map" not in info  # where the model runs, not what is cached
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ComputeError, match=r"model 'big': models\.big\.device_map 'auto'.*no CUDA"):
-        load_model(tmp_path / "big", threads=1)
+        load_model(tmp_path / "big", threads=1, device_map="auto")
     assert (tmp_path / "big/model.safetensors").exists()
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")

@@ -216,6 +216,21 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert all(np.array_equal(again[k], first[k]) for k in first)
 
 
+def test_compute_settings_rerun_what_they_change(tiny_run, tmp_path):
+    """device_map (where the model runs) reruns the jobs that run the model, not the cache;
+    dtype (what the model is cached and run in) reruns the model's whole pipeline."""
+    config = read_config(tiny_run)
+    config["models"]["gpt"]["device_map"] = "auto"
+    copy_run(tiny_run, tmp_path, config)
+    plan = rules_run(run_snakemake(tmp_path, "all", "-n"))
+    assert "resolve_model" not in plan and plan["extract_hidden"] == 2  # gpt's two splits
+    config["models"]["gpt"].pop("device_map")
+    config["models"]["gpt"]["dtype"] = "bfloat16"
+    write_config(tmp_path, config)
+    proc = run_snakemake(tmp_path, "all", "-n")
+    assert rules_run(proc)["resolve_model"] == 1 and planned(proc, "model") == {"gpt"}
+
+
 def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
     """Part maps, their r², every (variant, jump) run and the figure; enabling it reruns
     nothing else, and a new jump layer runs only that layer's jobs."""

@@ -361,15 +361,17 @@ def record_states(
     dtype: str,
     threads: int,
     parts: bool,
+    device_map: str | None = None,
 ) -> dict:
     """`extract` of the first `n` sentences of split meta["split"] of a sentence table, with
     a cached model, into the folder `out` (written whole or not at all). The sampling settings
-    (n, seed, batch_size, max_tokens, dtype) are the workflow's extract_hidden params."""
+    (n, seed, batch_size, max_tokens, dtype) are the workflow's extract_hidden params;
+    `device_map` is models.NAME.device_map."""
     from .corpus import select_split
     from .io import atomic_dir, read_table
     from .models import load_model
 
-    net, tokenizer, info = load_model(model_dir, threads)
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
     table = select_split(read_table(sentences), meta["split"], n, meta["corpus"])
     with atomic_dir(out) as tmp:
         return extract(

@@ -186,20 +186,22 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         tokenizer.save_pretrained(tmp)
         info = model_info(name, model, tokenizer, cand.describe())
         info["dtype"] = spec.get("dtype", "float32")
-        info["device_map"] = spec.get("device_map")
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         write_manifest(tmp)
     return info
 
 
-def load_cached(model_dir: str | Path, device: torch.device | None = None):
+def load_cached(
+    model_dir: str | Path, device: torch.device | None = None, device_map: str | None = None
+):
     """(model, tokenizer, info) from a folder written by cache_model, its files checked
     against its manifest first; no remote code is run. The model runs in its cached dtype
-    (models.NAME.dtype), on `device` (default the CPU) or spread by its device_map."""
+    (models.NAME.dtype), on `device` (default the CPU) or spread by `device_map`
+    (models.NAME.device_map: where the model runs, not what is cached)."""
     model_dir = Path(model_dir)
     check_manifest(model_dir)
     info = read_json(model_dir / "info.json")
-    dtype, device_map = info.get("dtype", "float32"), info.get("device_map")
+    dtype = info.get("dtype", "float32")
     device = device or torch.device("cpu")
     problem = compute_problem(info.get("name", model_dir.name), dtype, device_map, device)
     if problem:
@@ -215,11 +217,11 @@ def load_cached(model_dir: str | Path, device: torch.device | None = None):
     return model, tokenizer, info
 
 
-def load_model(model_dir: str | Path, threads: int):
+def load_model(model_dir: str | Path, threads: int, device_map: str | None = None):
     """(model, tokenizer, info) of a cached model for a workflow job: torch limited to the
-    job's threads, the model on the GPU when the job has one."""
+    job's threads, the model on the GPU when the job has one (or spread by `device_map`)."""
     torch.set_num_threads(threads)
-    return load_cached(model_dir, job_device())
+    return load_cached(model_dir, job_device(), device_map)
 
 
 def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:

@@ -134,6 +134,17 @@ def runtime(stage, split="train"):
     )
 
 
+def cached_spec(wildcards):
+    """What the model cache is made from: a model's entry without device_map (where the
+    model runs, not what is cached: the jobs that run the model get it as a param)."""
+    spec = config["models"][wildcards.model]
+    return {key: value for key, value in spec.items() if key != "device_map"}
+
+
+def device_map(wildcards):
+    return config["models"][wildcards.model].get("device_map")
+
+
 def model_dir(model):
     return checkpoints.resolve_model.get(model=model).output[0]
 

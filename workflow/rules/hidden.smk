@@ -20,6 +20,7 @@ rule extract_hidden:
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         dtype=config["storage_dtype"],
+        device_map=device_map,
         code=code_hash("extract_hidden"),
     script:
         "../scripts/extract_hidden.py"

@@ -11,7 +11,7 @@ checkpoint resolve_model:
         mem_mb=mem_mb("resolve_model"),
         runtime=runtime("resolve_model"),
     params:
-        spec=lambda w: config["models"][w.model],
+        spec=cached_spec,
         code=code_hash("resolve_model"),
     script:
         "../scripts/resolve_model.py"

@@ -27,6 +27,7 @@ rule record_parts:
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         dtype=config["storage_dtype"],
+        device_map=device_map,
         code=code_hash("record_parts"),
     script:
         "../scripts/record_parts.py"
@@ -118,6 +119,7 @@ rule prefix_states:
     params:
         sentences=config["submodules"]["sentences"],
         batch_size=config["batch_size"],
+        device_map=device_map,
         code=code_hash("prefix_states"),
     script:
         "../scripts/prefix_states.py"
@@ -145,6 +147,7 @@ rule replace_parts:
         parts=lambda w: VARIANTS[w.variant],
         top_k=max(config["prediction"]["top_k"]),
         batch_size=config["batch_size"],
+        device_map=device_map,
         code=code_hash("replace_parts"),
     script:
         "../scripts/replace_parts.py"

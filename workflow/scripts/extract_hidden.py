@@ -16,4 +16,5 @@ with job_log(snakemake.log[0]):
         max_tokens=p.max_tokens,
         dtype=p.dtype,
         threads=snakemake.threads,
+        device_map=p.device_map,
     )

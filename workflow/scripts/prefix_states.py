@@ -12,4 +12,5 @@ with job_log(snakemake.log[0]):
         count=p.sentences,
         batch_size=p.batch_size,
         threads=snakemake.threads,
+        device_map=p.device_map,
     )

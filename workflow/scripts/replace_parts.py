@@ -16,4 +16,5 @@ with job_log(snakemake.log[0]):
         top_k=p.top_k,
         batch_size=p.batch_size,
         threads=snakemake.threads,
+        device_map=p.device_map,
     )

@@ -12,6 +12,7 @@ def extract_hidden(
     corpus: str,
     split: str,
     threads: int,
+    device_map: str | None = None,
     **sampling: int | str,
 ) -> None:
     """The states h_0..h_L at one drawn position per sentence of a split (`sampling`: n, seed,
@@ -26,5 +27,6 @@ def extract_hidden(
         meta={"model": model, "corpus": corpus, "split": split},
         threads=threads,
         parts=False,
+        device_map=device_map,
         **sampling,
     )

@@ -18,6 +18,7 @@ def record_parts(
     corpus: str,
     split: str,
     threads: int,
+    device_map: str | None = None,
     **sampling: int | str,
 ) -> None:
     """The input and output of every block part at the positions extract_hidden draws (same
@@ -31,6 +32,7 @@ def record_parts(
         meta={"model": model, "corpus": corpus, "split": split},
         threads=threads,
         parts=True,
+        device_map=device_map,
         **sampling,
     )
 
@@ -84,6 +86,7 @@ def prefix_states(
     count: int | None,
     batch_size: int,
     threads: int,
+    device_map: str | None = None,
 ) -> None:
     """h_jump at every position of the chosen validation sentences, from the unmodified model
     (only blocks 1..jump run); every replacement variant at this jump starts from them. Stored
@@ -99,7 +102,7 @@ def prefix_states(
     from ..models import load_model
     from ..replace import prefix_states as run_prefix
 
-    net, tokenizer, info = load_model(model_dir, threads)
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
     validation, val_info = read_positions(val_dir)
     chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
     ids = chosen.column("sentence_id").to_numpy()
@@ -130,7 +133,7 @@ def replace_parts(
     model_dir: str,
     val_dir: str,
     prefix: str,
-    maps: str,
+    maps: list[str],
     out: str,
     *,
     model: str,
@@ -140,6 +143,7 @@ def replace_parts(
     top_k: int,
     batch_size: int,
     threads: int,
+    device_map: str | None = None,
 ) -> None:
     """Blocks jump+1..L run from the stored h_jump with `parts` (the variant's) replaced by
     their maps; the final states are decoded and scored against the unmodified model's
@@ -155,7 +159,7 @@ def replace_parts(
     from ..models import load_model, model_head
     from ..replace import replaced_final_states
 
-    net, _, info = load_model(model_dir, threads)
+    net, _, info = load_model(model_dir, threads, device_map)
     adapter = part_adapter(info["architecture"])
     head = model_head(net, info, model)
     ids, sequences = read_sequences(prefix)
