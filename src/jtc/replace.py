@@ -146,7 +146,8 @@ def replaced_final_states(
         length = max(len(prefix[r]) for r in rows)
         states = torch.zeros((len(rows), length, prefix[rows[0]].shape[1]))
         for j, r in enumerate(rows):
-            states[j, : len(prefix[r])] = torch.from_numpy(np.asarray(prefix[r], np.float32))
+            # a copy: stored states may be read-only Arrow memory, which torch warns about
+            states[j, : len(prefix[r])] = torch.tensor(np.asarray(prefix[r], np.float32))
         batch["states"] = states
 
     original = adapter.swap_blocks(model, suffix)
