@@ -30,36 +30,40 @@ def test_deleted_outputs_come_back_whole_with_their_records(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)  # Snakemake's keys are paths relative to the working directory
     results = make_results(tmp_path).relative_to(tmp_path)
     records = {str(p): f"record of {p.name}" for p in results.rglob("*")}
-    written = {}
+    records["results/metrics/m/c/r2.csv"] = None  # an output Snakemake has no record of
+    written, deleted = {}, []
     keeper = Keeper(
         results,
         "kept",
         records.get,
         written.__setitem__,
+        deleted.append,
+        incomplete=lambda path: path.endswith("layer_9.parquet"),
         temporary=["results/submodules/*/*/prefix/*"],
     )
+    (results / "metrics/m/c/layer_9.parquet").write_bytes(b"a killed job's")
     before = snapshot(tmp_path)
     assert keeper.save() == 3  # the states folder whole, two tables; not the temporary file
     # a run deletes the outputs of the jobs it starts; one job rebuilds its table, others fail
     shutil.rmtree(results / "hidden/m/c/train")
     (results / "metrics/m/c/r2.parquet").unlink()
     (results / "metrics/m/c/r2.csv").unlink()
-    (results / "metrics/m/c/r2.csv").write_bytes(b"new csv")
+    (results / "metrics/m/c/layer_9.parquet").unlink()
     (results / "submodules/m/c/prefix/jump_0.parquet").unlink()  # used, then removed
+    (results / "metrics/m/c/r2.parquet").write_bytes(b"new table")  # a job rebuilt it
     restored = keeper.restore()
     assert sorted(map(str, restored)) == [
         "results/hidden/m/c/train",
-        "results/metrics/m/c/r2.parquet",
+        "results/metrics/m/c/r2.csv",
     ]
     after = snapshot(tmp_path)
-    del before["results/metrics/m/c/r2.csv"], after["results/metrics/m/c/r2.csv"]
+    del before["results/metrics/m/c/r2.parquet"], after["results/metrics/m/c/r2.parquet"]
     del before["results/submodules/m/c/prefix/jump_0.parquet"]
+    del before["results/metrics/m/c/layer_9.parquet"]  # incomplete: not kept
     assert after == before  # same bytes, same time stamps
-    assert (results / "metrics/m/c/r2.csv").read_bytes() == b"new csv"  # the rebuilt one stays
-    assert written == {
-        "results/hidden/m/c/train": "record of train",
-        "results/metrics/m/c/r2.parquet": "record of r2.parquet",
-    }
+    assert (results / "metrics/m/c/r2.parquet").read_bytes() == b"new table"  # stays
+    assert written == {"results/hidden/m/c/train": "record of train"}
+    assert deleted == ["results/metrics/m/c/r2.csv"]  # no record before: none after
     assert not (tmp_path / "kept").exists()
 
 
@@ -88,3 +92,14 @@ def test_a_job_that_fails_at_run_time_loses_nothing(tiny_run, tmp_path):
     assert snapshot(work) == before
     edited.write_text(original)
     assert rules_run(run_snakemake(work, "all", "-n", snakefile=snakefile)) == {}
+
+
+def test_links_left_by_a_killed_run_are_dropped(tmp_path):
+    from jtc.keep import drop_stale
+
+    dead, alive, mine = tmp_path / "999999999", tmp_path / "1", tmp_path / str(os.getpid())
+    for folder in (dead, alive, mine):
+        (folder / "results").mkdir(parents=True)
+    drop_stale(tmp_path, mine)
+    assert not dead.exists() and mine.exists()
+    assert alive.exists()  # process 1 lives (another user's: left alone)

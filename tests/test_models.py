@@ -214,3 +214,21 @@ def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):
     )
     spec = {"source": str(src), "device_map": "auto", "predict": True}
     assert "models.big.device_map needs the accelerate package" in planning_problem("big", spec)
+
+
+def test_head_only_loading_reads_an_untied_head_of_a_tying_config(tmp_path):
+    """A checkpoint whose config says tied but whose head differs from its embedding (transformers
+    then keeps both): the head is read under its own name, not the embedding's."""
+    from jtc.models import load_head, model_head
+
+    model, tokenizer = make_model("gpt2")
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach() * 2.0 + 0.1)
+    assert model.config.tie_word_embeddings
+    model.save_pretrained(tmp_path / "src")
+    tokenizer.save_pretrained(tmp_path / "src")
+    cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
+    net, _, info = load_cached(tmp_path / "m")
+    whole = model_head(net, info, "m")
+    head, _, _ = load_head(tmp_path / "m", "m", threads=1)
+    assert torch.equal(head.weight.cpu(), whole.weight)

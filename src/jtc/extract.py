@@ -126,7 +126,9 @@ class Recorder:
 
     def _take(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.index is not None
-        return hidden[self.index].detach().float()
+        # a model spread over several GPUs (device_map) has blocks on different devices
+        index = tuple(i.to(hidden.device) for i in self.index)
+        return hidden[index].detach().float()
 
     def input_hook(self, site: int):
         def hook(module, args, kwargs):

@@ -8,7 +8,9 @@ existing file) and keeps Snakemake's record of how each output was made. When th
 `Keeper.restore` puts back every output that is gone, a folder output whole, with its content,
 time stamp and record: the next run sees exactly what it saw before the failed one (so it reruns
 the job while the bad setting is there, and nothing once it is reverted). A successful run drops
-the links. Temporary outputs (removed on purpose once used) are not put back.
+the links. Temporary outputs (removed on purpose once used) and outputs marked incomplete (a
+killed job's) are not kept; an output with no record gets none back (the failed job's record
+is deleted), so it can never pass for the failed job's result.
 """
 
 from __future__ import annotations
@@ -46,11 +48,26 @@ def _link_tree(source: Path, target: Path) -> None:
         os.link(source, target)
 
 
+def drop_stale(parent: str | Path, keep: str | Path) -> None:
+    """Remove the keepers' folders under `parent` left by runs that no longer live (a killed
+    Snakemake: each run keeps its links in a folder named by its process id), except `keep`."""
+    for folder in Path(parent).glob("*"):
+        if folder == Path(keep) or not folder.name.isdigit():
+            continue
+        try:
+            os.kill(int(folder.name), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive, but another user's
+            continue
+
+
 class Keeper:
     """Hard links of a run's previous outputs, and Snakemake's records of them.
 
-    `read_record(path)` and `write_record(path, record)` read and write Snakemake's metadata
-    record of an output (its params, code, inputs), keyed by the output's path."""
+    `read_record(path)`, `write_record(path, record)` and `delete_record(path)` read, write
+    and delete Snakemake's metadata record of an output (its params, code, inputs), keyed by
+    the output's path; `incomplete(path)` says whether Snakemake marked it incomplete."""
 
     def __init__(
         self,
@@ -58,12 +75,16 @@ class Keeper:
         folder: str | Path,
         read_record: Callable[[str], Any],
         write_record: Callable[[str, Any], None],
+        delete_record: Callable[[str], Any],
+        incomplete: Callable[[str], bool] = lambda path: False,
         temporary: Iterable[str] = (),
     ):
         self.results = Path(results)
         self.folder = Path(folder)
         self.read_record = read_record
         self.write_record = write_record
+        self.delete_record = delete_record
+        self.incomplete = incomplete
         self.temporary = list(temporary)  # glob patterns of temporary outputs
         self.records: dict[Path, Any] = {}
 
@@ -79,7 +100,7 @@ class Keeper:
             return 0
         try:
             for path in _outputs(self.results):
-                if self._kept(path):
+                if self._kept(path) and not self.incomplete(str(path)):
                     _link_tree(path, self.folder / path.relative_to(self.results))
                     self.records[path] = self.read_record(str(path))
         except OSError:
@@ -99,11 +120,15 @@ class Keeper:
             if not saved.exists():
                 continue
             _link_tree(saved, path)
-            if record is not None:
+            if record is None:
+                self.delete_record(str(path))
+            else:
                 self.write_record(str(path), record)
             restored.append(path)
         self.drop()
         return restored
 
     def drop(self) -> None:
+        """Forget the saved outputs (after a successful run, or once restored)."""
+        self.records.clear()
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -64,12 +64,20 @@ def compute_problem(
             )
         if importlib.util.find_spec("accelerate") is None:
             return f"model '{name}': models.{name}.device_map needs the accelerate package"
-    if device.type == "cuda" and dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and dtype == "bfloat16" and not _native_bf16():
         return (
             f"model '{name}': models.{name}.dtype bfloat16 is not supported by this GPU "
             f"({torch.cuda.get_device_name(device)}); use float16 or float32"
         )
     return None
+
+
+def _native_bf16() -> bool:
+    """Whether the GPU computes in bfloat16 itself (NVIDIA Ampere and later), not emulated."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument never counted emulation
+        return torch.cuda.is_bf16_supported()
 
 
 def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
@@ -240,11 +248,15 @@ def _parameter_names(model: torch.nn.Module) -> dict[int, list[str]]:
     return names
 
 
-def _materialise(module: torch.nn.Module, names, weights, device: torch.device) -> None:
-    """Give a module built on the meta device its cached tensors, in float32, on `device`."""
+def _materialise(module: torch.nn.Module, path: str, names, weights, device: torch.device) -> None:
+    """Give a module built on the meta device (at `path` in the model) its cached tensors, in
+    float32, on `device`: each tensor under its own name, or under a name it is tied to when
+    the cache stores it once (a tied head and embedding)."""
+    stored_names = set(weights.keys())
     wanted = {}
     for local, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        stored = [n for n in names[id(tensor)] if n in weights.keys()]
+        own = f"{path}.{local}" if path else local
+        stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
         if stored:
             wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
     module.to_empty(device=device)
@@ -274,9 +286,10 @@ def load_head(model_dir: str | Path, name: str, threads: int):
         raise
     device = job_device()
     names = _parameter_names(skeleton)
+    paths = {id(m): p for p, m in skeleton.named_modules(remove_duplicate=False)}
     with safe_open(model_dir / "model.safetensors", "pt") as weights:
         for module in (transform, unembedding):
             if module is not None:
-                _materialise(module, names, weights, device)
+                _materialise(module, paths[id(module)], names, weights, device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return Head(transform, unembedding), tokenizer, info

@@ -57,7 +57,8 @@ class PartReplacer:
         def hook(module, args, output):
             x = self.inputs.pop(key)
             out = hidden_output(output)
-            new = nn.functional.linear(x.float(), weight, bias).to(out.dtype)
+            w, b = weight.to(x.device), None if bias is None else bias.to(x.device)
+            new = nn.functional.linear(x.float(), w, b).to(out.dtype)
             return (new, *output[1:]) if isinstance(output, tuple) else new
 
         return hook

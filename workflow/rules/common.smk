@@ -1,5 +1,7 @@
 # What the other .smk files share: the checked config, the targets of `all`, the input functions
 # (which read a resolved model's info.json), resources, and the code hash of each job.
+import atexit
+import os
 import re
 import sys
 from pathlib import Path
@@ -9,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from jtc import paths
 from jtc.config import ConfigError
 from jtc.io import CorruptFileError, read_json
-from jtc.keep import Keeper
+from jtc.keep import Keeper, drop_stale
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
@@ -39,14 +41,31 @@ if workflow.is_main_process:
 # are put back with Snakemake's record of them; a successful run drops the links.
 KEEPER = Keeper(
     paths.RESULTS,
-    Path(".snakemake", "jtc-kept"),
+    Path(".snakemake", "jtc-kept", str(os.getpid())),  # this run's own
     lambda key: workflow.persistence._read_record(key),
     lambda key, record: workflow.persistence._write_record(key, record),
+    lambda key: workflow.persistence._delete_record(key),
+    lambda key: bool(workflow.persistence._filter_incomplete_keys([key])),
     temporary=[re.sub(r"\{\w+\}", "*", paths.PREFIX)],
 )
 
 
+def _restore_kept():
+    """Put back what failed jobs deleted (onerror, or at exit when the run stopped without
+    reaching onerror or onsuccess, e.g. an error raised while planning after a checkpoint).
+    """
+    restored = KEEPER.restore()
+    if restored:
+        print(
+            f"jtc: put back {len(restored)} outputs that failed jobs had deleted "
+            f"(e.g. {restored[0]}); they and their records are as before this run",
+            file=sys.stderr,
+        )
+
+
 onstart:
+    drop_stale(KEEPER.folder.parent, KEEPER.folder)
+    atexit.register(_restore_kept)
     if KEEPER.save() is None:
         print(
             "jtc: could not hard-link results/ into .snakemake/ (another file system?): "
@@ -60,13 +79,7 @@ onsuccess:
 
 
 onerror:
-    restored = KEEPER.restore()
-    if restored:
-        print(
-            f"jtc: put back {len(restored)} outputs that failed jobs had deleted "
-            f"(e.g. {restored[0]}); they and their records are as before this run",
-            file=sys.stderr,
-        )
+    _restore_kept()
 
 
 MODELS = list(config["models"])

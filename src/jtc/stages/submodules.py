@@ -156,12 +156,13 @@ def replace_parts(
     from ..decode import final_reference, score, score_table
     from ..io import CorruptFileError, read_aligned, read_positions, read_sequences, write_table
     from ..maps import load_part_maps
-    from ..models import load_model, model_head
+    from ..models import load_head, load_model, model_head
     from ..replace import replaced_final_states
 
     net, _, info = load_model(model_dir, threads, device_map)
     adapter = part_adapter(info["architecture"])
-    head = model_head(net, info, model)
+    # a model spread over GPUs (device_map) may hold its head across devices: read it whole
+    head = load_head(model_dir, model, threads)[0] if device_map else model_head(net, info, model)
     ids, sequences = read_sequences(prefix)
     validation, val_info = read_positions(val_dir)
     chosen = validation.slice(0, len(ids))
