@@ -127,7 +127,7 @@ class Recorder:
     def _take(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.index is not None
         # a model spread over several GPUs (device_map) has blocks on different devices
-        index = tuple(i.to(hidden.device) for i in self.index)
+        index = tuple(i.to(hidden.device) if torch.is_tensor(i) else i for i in self.index)
         return hidden[index].detach().float()
 
     def input_hook(self, site: int):
