@@ -24,3 +24,13 @@ def linalg_device() -> torch.device | None:
     import torch
 
     return torch.device("cuda") if torch.cuda.is_available() else None
+
+
+def float64_on(device: torch.device, array) -> torch.Tensor:
+    """A float64 tensor on `device` of an array or tensor: copied there as it is (float32 moves
+    half the bytes), cast there."""
+    import numpy as np
+    import torch
+
+    tensor = array if isinstance(array, torch.Tensor) else torch.as_tensor(np.asarray(array))
+    return tensor.to(device).to(torch.float64)

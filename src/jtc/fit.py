@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.linalg
 
+from .devices import float64_on
+
 if TYPE_CHECKING:
     import torch
 
@@ -75,7 +77,7 @@ class TorchSourceSolver:
         import torch
 
         self.device = device
-        self.x = torch.as_tensor(np.asarray(x)).to(device).to(torch.float64)  # cast on the GPU
+        self.x = float64_on(device, x)
         gram = self.x.T @ self.x
         factor, info = torch.linalg.cholesky_ex(gram, upper=True)
         finite = bool(torch.isfinite(gram).all())
@@ -94,7 +96,7 @@ class TorchSourceSolver:
         which halves what comes back from the GPU."""
         import torch
 
-        y_t = torch.as_tensor(np.asarray(y)).to(self.device).to(torch.float64)
+        y_t = float64_on(self.device, y)
         return (y_t.T @ self.projection.T).to(torch.float32).cpu().numpy()
 
 

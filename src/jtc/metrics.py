@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from .devices import float64_on as _on
 from .maps import ShortcutMap, load_maps
 
 if TYPE_CHECKING:
@@ -51,14 +52,6 @@ def _torch_r2_score(y_true: torch.Tensor, y_pred: torch.Tensor) -> float:
     exact = torch.where(ss_res <= tolerance, 1.0, 0.0).to(y_true.dtype)
     scores = torch.where(constant, exact, 1.0 - ss_res / torch.where(constant, 1.0, ss_tot))
     return float(scores.mean())
-
-
-def _on(device: torch.device, array) -> torch.Tensor:
-    """A float64 tensor on `device` of an array or tensor (copied as it is, cast there)."""
-    import torch
-
-    tensor = array if isinstance(array, torch.Tensor) else torch.as_tensor(np.asarray(array))
-    return tensor.to(device).to(torch.float64)
 
 
 def shortcut_r2(
