@@ -105,7 +105,7 @@ def main() -> None:
     model, tokenizer, info = load_smollm2(str(RESULTS / "models/smollm2"))
     adapter = get_adapter(info["architecture"])
     head = Head.from_model(model, adapter)
-    maps = [str(RESULTS / f"maps/smollm2/news/mat/from_{s}.safetensors") for s in range(30)]
+    maps = str(RESULTS / "maps/smollm2/news/mat.safetensors")
     vinfo = read_json(val / "info.json")
     corpus = read_table(RESULTS / "corpora/news.parquet")
     ids = read_table(val / "positions.parquet").column("sentence_id").to_numpy()[: args.sample]
@@ -127,7 +127,7 @@ def main() -> None:
     )
     threshold = rule.thresholds(np.array([0.5]), real_pos, float(np.mean(real_pos + 1)))[0]
 
-    weights = {s: load_map(maps[s], 30).affine()[0] for s in range(30)}  # in memory
+    weights = {s: load_map(maps, s, 30).affine()[0] for s in range(30)}  # in memory
 
     def to_last(layer, state):
         return (state @ weights[layer].T).astype(np.float32)

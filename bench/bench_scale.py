@@ -43,7 +43,6 @@ GPU_RULES = (
     "decode_predictions",
     "train_map",
     "record_parts",
-    "prefix_states",
     "replace_parts",
 )
 JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\s*$")

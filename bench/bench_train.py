@@ -1,5 +1,12 @@
 """Training time of the trained shortcut methods per layer pair (NJTC, N-NJTC, tuned lens), with
-the default settings of jtc/methods.py.
+the default settings of jtc/methods.py, and the time of rrr (their closed-form counterpart).
+
+Per pair it prints the seconds, the epochs run until early stopping and the best epoch (0: the
+start was never beaten), the held-out loss at the start and at its best, and for NJTC and N-NJTC
+the training MSE over all rows beside rrr's (the optimum of NJTC's objective, fitted on the same
+rows). The methods start from their closed-form optimum (jtc.train); --cold starts them as before
+(torch.nn.Linear's random maps, the identity for the tuned lens) for comparison, and --set
+METHOD.KEY=VALUE overrides a default (e.g. --set tuned_lens.learning_rate=3e-5).
 
 On the workflow's SmolLM2 training states (default), or with --synthetic on random states and a
 random head of SmolLM2's shape (2,000 rows, width 576, vocabulary 49,152: the time per epoch
@@ -10,11 +17,13 @@ of a source layer's pairs in one job rather than one job per pair. The tuned len
 with the matrix-multiply roofline of its vocabulary products (4·n·d·V FLOP per epoch).
 
     .venv/bin/python bench/bench_train.py [--sources 5 15 25] [--synthetic] [--device cuda]
+        [--cold] [--set njtc.patience=3 ...] [--methods njtc nnjtc rrr tuned_lens]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 import time
@@ -22,13 +31,33 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import peak_matmul_gflops  # noqa: E402
 
 from jtc.decode import Head  # noqa: E402
+from jtc.fit import fit_source_reduced_rank  # noqa: E402
+from jtc.maps import ShortcutMap  # noqa: E402
 from jtc.methods import METHODS  # noqa: E402
 from jtc.train import TrainSettings, default_rank, train_low_rank, train_tuned_lens  # noqa: E402
+
+TRAINED = ("njtc", "nnjtc", "tuned_lens")
+
+
+def settings_of(method: str, args) -> TrainSettings:
+    """The method's default settings, with --set overrides and --cold."""
+    block = dict(METHODS[method].defaults)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        name, _, field = key.partition(".")
+        if name == method:
+            block[field] = type(block[field])(value) if block.get(field) is not None else value
+    return dataclasses.replace(TrainSettings.from_config(block), warm_start=not args.cold)
+
+
+def mse(parts: dict, x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean((ShortcutMap(parts)(x) - y) ** 2))
 
 
 def job_start_seconds(train_dir: str) -> float:
@@ -81,6 +110,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--synthetic", action="store_true")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    parser.add_argument(
+        "--cold", action="store_true", help="random / identity starts (before the closed form)"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE")
+    parser.add_argument(
+        "--methods", nargs="+", default=["rrr", *TRAINED], choices=["rrr", *TRAINED]
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -91,26 +127,52 @@ def main() -> None:
     data = "synthetic" if args.synthetic else args.states
     print(f"{data}: {n} training rows, width {width}, vocabulary {head.vocab_size}, {where}")
 
+    rank = default_rank(width)
+    start = "cold starts (random, identity)" if args.cold else "closed-form starts"
+    print(f"rank {rank}, {start}; epochs: run until early stopping (best: 0 = the start)")
+    best_mse = {}
+    for source, x in sources.items():  # rrr, also the yardstick of NJTC's training MSE
+        begin = time.perf_counter()
+        with threadpool_limits(args.threads):  # the CPU path: numpy and scipy, as the stage's
+            linalg = device if device.type == "cuda" else None
+            maps, solver = fit_source_reduced_rank(x, [(last, final)], rank, linalg)
+        seconds = time.perf_counter() - begin
+        best_mse[source] = mse(maps[last], x, final)
+        if "rrr" in args.methods:
+            print(
+                f"rrr    {source:2d} -> {last}: {seconds:6.2f} s ({solver}), "
+                f"training MSE {best_mse[source]:.4f}"
+            )
+
     for method in ("njtc", "nnjtc"):
-        settings = TrainSettings.from_config(METHODS[method].defaults)
+        if method not in args.methods:
+            continue
+        settings = settings_of(method, args)
         for source, x in sources.items():
             result = train_low_rank(
                 x,
                 final,
-                rank=default_rank(width),
+                rank=rank,
                 normalise=method == "nnjtc",
                 settings=settings,
                 seed=0,
                 device=device,
             )
             epochs = len(result.train_loss)
+            trained = mse(result.tensors, x, final)
+            per_epoch = (result.seconds - result.start_seconds) / max(epochs, 1)
             print(
-                f"{method:6s} {source:2d} -> {last}: {result.seconds:6.2f} s, {epochs} epochs "
-                f"({1000 * result.seconds / epochs:.1f} ms each), held-out MSE "
-                f"{min(result.holdout_loss):.1f}"
+                f"{method:6s} {source:2d} -> {last}: {result.seconds:6.2f} s (start "
+                f"{result.start_seconds:.2f} s, {epochs} epochs of {1000 * per_epoch:.1f} ms), "
+                f"best {result.best_epoch}"
+                f", held-out MSE {result.holdout_loss[0]:.4f} -> {min(result.holdout_loss):.4f}"
+                f", training MSE {trained:.4f} (rrr {best_mse[source]:.4f}, "
+                f"{trained / best_mse[source] - 1:+.2%})"
             )
 
-    settings = TrainSettings.from_config(METHODS["tuned_lens"].defaults)
+    if "tuned_lens" not in args.methods:
+        return
+    settings = settings_of("tuned_lens", args)
     peak = peak_matmul_gflops(args.threads) if device.type == "cpu" else None
     for source, x in sources.items():
         result = train_tuned_lens(x, head, final, settings=settings, seed=0)
@@ -118,9 +180,10 @@ def main() -> None:
         flop = 4 * n * width * head.vocab_size * epochs  # forward + backward through W_U
         rate = flop / result.seconds / 1e9
         line = (
-            f"tuned_lens {source:2d} -> {last}: {result.seconds:6.2f} s, {epochs} epochs, "
-            f"KL {result.holdout_loss[0]:.2f} -> {min(result.holdout_loss):.2f}, "
-            f"{rate:.0f} GFLOP/s"
+            f"tuned_lens {source:2d} -> {last}: {result.seconds:6.2f} s (start "
+            f"{result.start_seconds:.2f} s, {epochs} epochs), best "
+            f"{result.best_epoch}, held-out KL {result.holdout_loss[0]:.4f} -> "
+            f"{min(result.holdout_loss):.4f}, {rate:.0f} GFLOP/s"
         )
         if peak:
             line += f" = {rate / peak:.0%} of the {peak:.0f} GFLOP/s fp32 peak"

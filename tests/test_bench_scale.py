@@ -85,12 +85,12 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     report = json.loads(report_file.read_text())
     assert report["exit_status"] == 0
     assert report["wall_seconds"] > 0
-    for rule in ("extract_hidden", "fit_mat", "r2_table", "decode_predictions"):
+    for rule in ("extract_hidden", "fit_map", "r2_table", "decode_predictions"):
         entry = report["rules"][rule]
         assert entry["jobs"] > 0 and entry["seconds"] > 0, (rule, entry)
         assert rule in proc.stdout
     assert report["rules"]["extract_hidden"]["jobs"] == 2  # train and validation
-    assert report["rules"]["fit_mat"]["jobs"] == 2  # one per source layer of 2 blocks
+    assert report["rules"]["fit_map"]["jobs"] == 1  # one per method fitted in closed form
     assert "wall time:" in proc.stdout
     r2 = workdir / paths.metric("r2.parquet").format(model="tiny-model", corpus="text")
     assert r2.is_file() and report["r2_table"] == str(r2)

@@ -34,7 +34,7 @@ def rule_blocks():
 
 def test_rules_scripts_and_stage_modules_mirror_one_another():
     blocks = rule_blocks()
-    assert len(blocks) == 23
+    assert len(blocks) == 22
     assert {p.stem for p in SCRIPTS.glob("*.py")} == set(blocks)
     stage_modules = {p.stem for p in (SRC / "jtc" / "stages").glob("*.py")} - {"__init__"}
     assert stage_modules == {family for family, _ in blocks.values()}
@@ -57,11 +57,12 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         modules = closure(rule)
         assert "jtc.plots" in modules, rule
         assert not modules & {"jtc.fit", "jtc.train", "jtc.extract", "jtc.decode"}, rule
-    assert {"jtc.fit", "jtc.maps", "jtc.io", "jtc.logs", "jtc.stages.fit"} <= closure("fit_mat")
-    assert not closure("fit_mat") & {"jtc.plots", "jtc.train", "jtc.extract", "jtc.methods"}
+    assert {"jtc.fit", "jtc.maps", "jtc.io", "jtc.logs", "jtc.stages.fit"} <= closure("fit_map")
+    assert not closure("fit_map") & {"jtc.plots", "jtc.train", "jtc.extract", "jtc.models"}
     # the trained methods: their target rule (methods) and the head (models) are tracked
     assert {"jtc.train", "jtc.methods", "jtc.models", "jtc.decode"} <= closure("train_map")
-    assert "jtc.fit" not in closure("train_map") and "jtc.plots" not in closure("train_map")
+    # (and the closed-form fit its maps start from)
+    assert "jtc.fit" in closure("train_map") and "jtc.plots" not in closure("train_map")
     assert {"jtc.models", "jtc.sources", "jtc.adapters"} <= closure("resolve_model")
     assert {"jtc.fit", "jtc.parts"} <= closure("fit_parts")
     assert "jtc.fit" not in closure("extract_hidden")
@@ -139,7 +140,7 @@ def test_editing_a_module_changes_the_hash_of_the_scripts_that_reach_it_only(tmp
 
 def test_the_hash_of_a_copy_equals_the_original(tmp_path):
     shutil.copytree(SRC / "jtc", tmp_path / "src" / "jtc")
-    script = SCRIPTS / "fit_mat.py"
+    script = SCRIPTS / "fit_map.py"
     assert code_hash(tmp_path / "src", script) == code_hash(SRC, script)
 
 
@@ -159,7 +160,7 @@ def test_every_job_loads_only_modules_its_hash_covers(tiny_run):
         assert "jtc.stages" in loaded and "jtc.logs" in loaded, log
         assert loaded <= closure(rule), f"{rule}: not tracked: {sorted(loaded - closure(rule))}"
         checked.add(rule)
-    assert {"extract_hidden", "fit_mat", "decode_predictions", "plot_r2", "early_exit"} <= checked
+    assert {"extract_hidden", "fit_map", "decode_predictions", "plot_r2", "early_exit"} <= checked
 
 
 def edited_copy(tmp_path, tiny_run):
@@ -191,8 +192,8 @@ def test_editing_a_module_reruns_exactly_the_jobs_that_run_it(tiny_run, tiny_fir
     with (repo / "src/jtc/fit.py").open("a") as handle:
         handle.write("\n# a change to the least-squares fit\n")
     planned = plan()
-    # the fits, and what reads them; not the states, nor id's predictions
-    assert planned["fit_mat"] == jobs["fit_mat"]
+    # the fits, and what reads them (each decode job reads mat's maps); not the states
+    assert planned["fit_map"] == jobs["fit_map"]
     assert not {"prepare_corpus", "resolve_model", "extract_hidden"} & set(planned)
-    assert planned["decode_predictions"] == jobs["decode_predictions"] // 2  # mat's, not id's
+    assert planned["decode_predictions"] == jobs["decode_predictions"]
     assert planned["r2_table"] == jobs["r2_table"] and planned["plot_r2"] == jobs["plot_r2"]

@@ -35,7 +35,6 @@ from jtc.io import (
     part_file,
     read_json,
     read_positions,
-    read_sequences,
     read_site,
     read_states,
     read_table,
@@ -48,7 +47,6 @@ from jtc.replace import prefix_states, replaced_final_states
 from jtc.stages.fit import train_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions
-from jtc.stages.submodules import prefix_states as prefix_job
 from jtc.stages.submodules import record_parts, replace_parts
 from jtc.train import lens_loss
 
@@ -311,13 +309,12 @@ def test_lens_on_the_device_equals_the_cpu(kind, tmp_path):
     model, tokenizer = make_model(kind, layers=LAYERS, width=WIDTH)
     info = model_info(kind, model, tokenizer, "test")
     rng = np.random.default_rng(0)
-    files = {}
-    for source in range(LAYERS):
-        files[source] = tmp_path / f"from_{source}.safetensors"
-        targets = {
-            t: near_identity(rng, scale=0.3)["weight"] for t in range(source + 1, LAYERS + 1)
-        }
-        save_maps(files[source], targets, {"method": "mat"})
+    path = tmp_path / "mat.safetensors"
+    maps = {
+        source: {t: near_identity(rng, scale=0.3)["weight"] for t in range(source + 1, LAYERS + 1)}
+        for source in range(LAYERS)
+    }
+    save_maps(path, maps, {"method": "mat"})
     description = {
         "model": kind,
         "corpus": "c",
@@ -326,7 +323,7 @@ def test_lens_on_the_device_equals_the_cpu(kind, tmp_path):
         "hidden_size": WIDTH,
         "architecture": info["architecture"],
     }
-    shortcuts = [Shortcuts({**description, "method": "id"}), Shortcuts(description, files)]
+    shortcuts = [Shortcuts({**description, "method": "id"}), Shortcuts(description, path)]
 
     def read(net):
         lens = Lens(net, tokenizer, info, shortcuts)
@@ -381,11 +378,11 @@ def make_project(work, kind):
             **SAMPLING,
         )
     rng = np.random.default_rng(0)
-    for source in range(LAYERS):
-        targets = {
-            t: near_identity(rng, scale=0.3)["weight"] for t in range(source + 1, LAYERS + 1)
-        }
-        save_maps(work / f"mat_{source}.safetensors", targets, {"method": "mat"})
+    maps = {
+        source: {t: near_identity(rng, scale=0.3)["weight"] for t in range(source + 1, LAYERS + 1)}
+        for source in range(LAYERS)
+    }
+    save_maps(work / "mat.safetensors", maps, {"method": "mat"})
     return work
 
 
@@ -402,8 +399,8 @@ def project(tmp_path_factory):
     return get
 
 
-def mat_files(work):
-    return [str(work / f"mat_{source}.safetensors") for source in range(LAYERS)]
+def mat_file(work):
+    return str(work / "mat.safetensors")
 
 
 @pytest.mark.parametrize("kind", HEAD_KINDS)
@@ -424,17 +421,15 @@ def test_extraction_and_decoding_jobs_on_the_device_equal_the_cpu(project, kind,
                 threads=1,
                 **SAMPLING,
             )
-            for method, files in (("id", []), ("mat", mat_files(work))):
-                decode_predictions(
-                    str(work / "m"),
-                    str(out / "val"),
-                    files,
-                    str(out / f"{method}.parquet"),
-                    model=kind,
-                    method=method,
-                    top_k=5,
-                    threads=1,
-                )
+            decode_predictions(
+                str(work / "m"),
+                str(out / "val"),
+                {"id": None, "mat": mat_file(work)},
+                {method: str(out / f"{method}.parquet") for method in ("id", "mat")},
+                model=kind,
+                top_k=5,
+                threads=1,
+            )
         assert seen == {device.type}, name
     cpu, dev = tmp_path / "cpu", tmp_path / "device"
     positions, info = read_positions(dev / "val")
@@ -456,8 +451,8 @@ def test_extraction_and_decoding_jobs_on_the_device_equal_the_cpu(project, kind,
 
 @pytest.mark.parametrize("kind", HEAD_KINDS)
 def test_submodule_jobs_on_the_device_equal_the_cpu(project, kind, tmp_path):
-    """record_parts, prefix_states and replace_parts as jobs on the device write the CPU job's
-    part states, prefix states and replaced runs' scores, at every jump layer and variant."""
+    """record_parts and replace_parts as jobs on the device write the CPU job's part states and
+    replaced runs' scores, at every jump layer and variant."""
     work = project(kind)
     rng = np.random.default_rng(1)
     part_maps = tmp_path / "parts.safetensors"
@@ -482,43 +477,26 @@ def test_submodule_jobs_on_the_device_equal_the_cpu(project, kind, tmp_path):
                 **SAMPLING,
             )
             for jump in range(LAYERS + 1):
-                prefix = out / f"prefix_{jump}.parquet"
-                prefix_job(
+                replace_parts(
                     str(work / "m"),
                     str(work / "sentences.parquet"),
                     str(work / "val"),
-                    str(prefix),
+                    str(part_maps),
+                    {v: str(out / f"{v}_{jump}.parquet") for v in VARIANTS},
+                    model=kind,
+                    variants={v: list(parts) for v, parts in VARIANTS.items()},
                     jump=jump,
                     count=N_SENTENCES // 2,
+                    top_k=5,
                     batch_size=5,
                     threads=1,
                 )
-                for variant, parts in VARIANTS.items():
-                    replace_parts(
-                        str(work / "m"),
-                        str(work / "val"),
-                        str(prefix),
-                        str(part_maps),
-                        str(out / f"{variant}_{jump}.parquet"),
-                        model=kind,
-                        variant=variant,
-                        parts=list(parts),
-                        jump=jump,
-                        top_k=5,
-                        batch_size=5,
-                        threads=1,
-                    )
         assert seen == {device.type}, name
     cpu, dev = tmp_path / "cpu", tmp_path / "device"
     adapter = part_adapter(read_json(work / "m" / "info.json")["architecture"])
     files = [part_file("", *site).name for site in part_sites(LAYERS, adapter.parts)]
     assert_same_states(dev / "parts", cpu / "parts", files)
     for jump in range(LAYERS + 1):
-        ids, sequences = read_sequences(dev / f"prefix_{jump}.parquet")
-        want_ids, want = read_sequences(cpu / f"prefix_{jump}.parquet")
-        np.testing.assert_array_equal(ids, want_ids)
-        for got, expected in zip(sequences, want, strict=True):
-            np.testing.assert_allclose(got, expected, **CLOSE, err_msg=f"prefix {jump}")
         for variant in VARIANTS:
             table = f"{variant}_{jump}.parquet"
             assert_same_scores(read_table(dev / table), read_table(cpu / table))
@@ -576,7 +554,6 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
                 str(out),
                 model_dir=str(work / "m"),
                 method=method,
-                source=0,
                 settings=settings,
                 seed=0,
                 model=kind,
@@ -584,7 +561,7 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
                 threads=1,
             )
         assert seen == {device.type}, name
-        trained[name] = load_maps(out), read_metadata(out)["training"]
+        trained[name] = load_maps(out, 0), read_metadata(out)["training"]
     (maps, summary), (maps_cpu, summary_cpu) = trained["device"], trained["cpu"]
     assert set(maps) == set(maps_cpu) == ({LAYERS} if method == "tuned_lens" else {1, 2})
     for target, shortcut in maps.items():
@@ -597,7 +574,7 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
     for target, loss in full_loss(work, kind, method, maps).items():
         cpu_loss = full_loss(work, kind, method, {target: maps_cpu[target]})[target]
         assert np.isfinite(loss) and loss <= 1.1 * cpu_loss + 1e-4, (target, loss, cpu_loss)
-        held_out = summary[str(target)]["best_holdout_loss"]
-        held_out_cpu = summary_cpu[str(target)]["best_holdout_loss"]
+        held_out = summary[f"0->{target}"]["best_holdout_loss"]
+        held_out_cpu = summary_cpu[f"0->{target}"]["best_holdout_loss"]
         assert held_out <= 1.1 * held_out_cpu + 1e-4, (target, held_out, held_out_cpu)
-        assert summary[str(target)]["epochs"] >= 1
+        assert summary[f"0->{target}"]["epochs"] >= 1

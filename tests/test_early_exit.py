@@ -40,7 +40,7 @@ def model_inputs(work, tokenizer, info):
 @pytest.mark.parametrize("method", ["id", "mat"])
 def test_sweep_equals_running_the_model_and_stopping(validation, method):  # noqa: F811
     kind, work, _, noisy = validation
-    files = noisy if method == "mat" else []
+    files = noisy if method == "mat" else None
     table = decode(work, method, files, f"{method}_exit")
     ids, confidence, correct = layer_arrays(table)
     top1 = np.stack(

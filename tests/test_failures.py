@@ -15,10 +15,10 @@ from jtc import corpus
 from jtc.corpus import CorpusError
 from jtc.extract import extract, prepare_inputs
 from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
-from jtc.maps import load_map, load_part_maps, save_maps, save_part_maps
+from jtc.maps import FORMAT, TensorWriter, load_map, load_part_maps, save_maps, save_part_maps
 from jtc.models import cache_model, load_cached, model_info
 from jtc.sources import ModelSourceError
-from jtc.stages.fit import fit_mat
+from jtc.stages.fit import fit_map
 
 ROOT = Path(__file__).parents[1]
 
@@ -49,21 +49,31 @@ def test_damaged_state_file_is_named_and_nothing_is_built(tmp_path, damage):
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptFileError, match=re.escape(str(path))):
         read_states(train, 1)
-    out = tmp_path / "maps" / "from_0.safetensors"
+    out = tmp_path / "maps" / "mat.safetensors"
     with pytest.raises(CorruptFileError, match=re.escape(str(path))):
-        fit_mat(str(train), str(out), source=0, model="m", corpus="c", threads=1)
+        fit_map(str(train), str(out), method="mat", settings={}, model="m", corpus="c", threads=1)
     assert not out.exists() and list(out.parent.glob("*")) == []
 
 
 def test_truncated_map_is_named(tmp_path):
-    path = tmp_path / "from_0.safetensors"
-    save_maps(path, {1: np.eye(4), 2: np.eye(4)}, {"method": "mat"})
+    path = tmp_path / "mat.safetensors"
+    save_maps(path, {0: {1: np.eye(4), 2: np.eye(4)}}, {"method": "mat"})
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(CorruptFileError, match=re.escape(str(path))):
-        load_map(path, 2)
-    with pytest.raises(CorruptFileError, match="holds no map to layer 3"):
-        save_maps(path, {1: np.eye(4)}, {"method": "mat"})
-        load_map(path, 3)
+        load_map(path, 0, 2)
+    save_maps(path, {0: {1: np.eye(4)}}, {"method": "mat"})
+    with pytest.raises(CorruptFileError, match="holds no map from layer 0 to layer 3"):
+        load_map(path, 0, 3)
+
+
+def test_a_map_file_of_the_old_layout_is_refused_by_name(tmp_path):
+    """v1 stored one file per source layer (tensors to_{t}.*): refused, not misread."""
+    path = tmp_path / "from_0.safetensors"
+    writer = TensorWriter(path)
+    writer.add("to_1.weight", np.eye(4))
+    writer.close({"format": "jtc-shortcut-v1"})
+    with pytest.raises(CorruptFileError, match="not a jtc shortcut map file.*jtc-shortcut-v1"):
+        load_map(path, 0, 1)
 
 
 def flip_tensor_bytes(path, name, count=8):
@@ -81,14 +91,15 @@ def flip_tensor_bytes(path, name, count=8):
 
 def test_flipped_bytes_in_a_map_are_refused_not_turned_into_numbers(tmp_path):
     """safetensors has no checksum: before, 8 flipped bytes gave a mat r² of -3398 at exit 0."""
-    path = tmp_path / "from_0.safetensors"
+    path = tmp_path / "mat.safetensors"
     rng = np.random.default_rng(0)
-    save_maps(path, {1: rng.normal(size=(16, 16)), 2: rng.normal(size=(16, 16))}, {"method": "m"})
-    intact = load_map(path, 1).affine()[0]
-    flip_tensor_bytes(path, "to_2.weight")
-    with pytest.raises(CorruptFileError, match=re.escape(str(path)) + ".*'to_2.weight' does not"):
-        load_map(path, 2)
-    assert np.array_equal(load_map(path, 1).affine()[0], intact)  # the intact map still reads
+    maps = {1: rng.normal(size=(16, 16)), 2: rng.normal(size=(16, 16))}
+    save_maps(path, {0: maps}, {"method": "m"})
+    intact = load_map(path, 0, 1).affine()[0]
+    flip_tensor_bytes(path, "from_0.to_2.weight")
+    with pytest.raises(CorruptFileError, match=re.escape(str(path)) + ".*'from_0.to_2.weight' do"):
+        load_map(path, 0, 2)
+    assert np.array_equal(load_map(path, 0, 1).affine()[0], intact)  # the intact map still reads
 
 
 def test_flipped_bytes_in_part_maps_are_refused(tmp_path):
@@ -104,10 +115,11 @@ def test_flipped_bytes_in_part_maps_are_refused(tmp_path):
 def test_a_map_without_checksums_is_refused(tmp_path):
     from safetensors.numpy import save_file
 
-    path = tmp_path / "from_0.safetensors"
-    save_file({"to_1.weight": np.eye(4, dtype=np.float32)}, str(path), metadata={"format": "x"})
-    with pytest.raises(CorruptFileError, match="no checksum for tensor 'to_1.weight'"):
-        load_map(path, 1)
+    path = tmp_path / "mat.safetensors"
+    tensors = {"from_0.to_1.weight": np.eye(4, dtype=np.float32)}
+    save_file(tensors, str(path), metadata={"format": FORMAT})
+    with pytest.raises(CorruptFileError, match="no checksum for tensor 'from_0.to_1.weight'"):
+        load_map(path, 0, 1)
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,19 @@
-"""mat against scikit-learn; r² against r2_score."""
+"""mat against scikit-learn; rrr against a plain numpy reduced-rank regression; r² against
+r2_score."""
 
 import numpy as np
 import pytest
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score as sk_r2
 
-from jtc.fit import SourceSolver, fit_source
+from jtc.fit import (
+    SourceSolver,
+    fit_source,
+    fit_source_reduced_rank,
+    least_squares_affine,
+    reduced_rank,
+    reduced_rank_affine,
+)
 from jtc.io import CorruptFileError
 from jtc.maps import ShortcutMap, load_maps, save_maps
 from jtc.metrics import r2_score
@@ -92,15 +100,15 @@ def test_singular_gram_gives_minimum_norm_solution(case):
 def test_maps_round_trip_and_corrupt_file(tmp_path):
     x, ys = problem(d=8)
     weights, _ = fit_source(x, ys.items())
-    path = tmp_path / "from_0.safetensors"
-    save_maps(path, weights, {"method": "mat", "source_layer": 0})
-    loaded = load_maps(path)
+    path = tmp_path / "mat.safetensors"
+    save_maps(path, {0: weights}, {"method": "mat"})
+    loaded = load_maps(path, 0)
     assert sorted(loaded) == [1, 2, 3]
     np.testing.assert_allclose(loaded[2].tensors["weight"], weights[2], rtol=1e-6)
     np.testing.assert_allclose(loaded[2](x), x @ weights[2].T, rtol=1e-5, atol=1e-4)
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(CorruptFileError, match="from_0.safetensors"):
-        load_maps(path)
+    with pytest.raises(CorruptFileError, match="mat.safetensors"):
+        load_maps(path, 0)
 
 
 # The GPU path (torch, float64) against the CPU path (numpy, scipy): run on the CPU device
@@ -157,8 +165,11 @@ def test_torch_r2_equals_the_cpu_path(device, tmp_path):
     assert abs(shortcut_r2(y, pred, None, dev) - r2_score(y, pred)) < 1e-12
     x, ys = problem(d=8)
     states = [x.astype(np.float32)] + [ys[t].astype(np.float32) for t in (1, 2, 3)]
-    mat, _ = fit_source(states[0], ((t, states[t]) for t in (1, 2, 3)))
-    save_maps(tmp_path / "mat0.safetensors", mat, {"method": "mat", "source_layer": 0})
+    mat = {
+        source: fit_source(states[source], ((t, states[t]) for t in range(source + 1, 4)))[0]
+        for source in range(3)
+    }
+    save_maps(tmp_path / "mat.safetensors", mat, {"method": "mat"})
     low_rank = {
         t: {
             "norm.weight": rng.uniform(0.5, 2, 8),
@@ -170,17 +181,155 @@ def test_torch_r2_equals_the_cpu_path(device, tmp_path):
         }
         for t in (1, 2, 3)
     }
-    save_maps(tmp_path / "nn0.safetensors", low_rank, {"method": "nnjtc", "source_layer": 0})
-    for source in (1, 2):  # the later source layers' maps: mat's
-        fitted, _ = fit_source(states[source], ((t, states[t]) for t in range(source + 1, 4)))
-        save_maps(tmp_path / f"mat{source}.safetensors", fitted, {"source_layer": source})
+    # from layer 0 low-rank normalised maps, from the later layers mat's
+    save_maps(tmp_path / "nnjtc.safetensors", {**mat, 0: low_rank}, {"method": "nnjtc"})
     maps = {
-        "id": [],
-        "mat": [str(tmp_path / f"mat{s}.safetensors") for s in range(3)],
-        "nnjtc": [str(tmp_path / "nn0.safetensors")]
-        + [str(tmp_path / f"mat{s}.safetensors") for s in (1, 2)],
+        "id": None,
+        "mat": str(tmp_path / "mat.safetensors"),
+        "nnjtc": str(tmp_path / "nnjtc.safetensors"),
     }
     want = layer_r2_table(states, maps, model="m", corpus="c")
     got = layer_r2_table(states, maps, model="m", corpus="c", device=dev)
     assert got.drop(["r2"]).equals(want.drop(["r2"])) and len(want) == 18
     np.testing.assert_allclose(got["r2"].to_numpy(), want["r2"].to_numpy(), rtol=0, atol=1e-8)
+
+
+# --- rrr: reduced-rank regression ---------------------------------------------------------------
+
+
+def numpy_rrr(x, y, rank):
+    """The textbook reduced-rank regression, (d_in, d_out) in x @ C form: the least-squares W
+    (np.linalg.lstsq: minimum norm), truncated to the top-r right singular vectors of X W."""
+    w = np.linalg.lstsq(x, y, rcond=None)[0]
+    _, _, vt = np.linalg.svd(x @ w, full_matrices=False)
+    return w @ vt[:rank].T @ vt[:rank]
+
+
+def spread_problem(n=600, d=32, seed=5, case="regular"):
+    """States with singular values spread over three orders of magnitude and an offset, targets
+    through maps of decaying spectrum plus noise: a clear but not huge gap at every rank."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    x = (rng.normal(size=(n, d)) * np.logspace(1, -2, d)) @ basis + rng.normal(size=d)
+    if case == "constant_dimension":
+        x[:, 3] = 0.0
+    elif case == "fewer_samples_than_width":
+        x = x[: d // 2]
+    ys = {}
+    for t in (1, 2, 3):
+        u, v = (np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(2))
+        mix = u @ np.diag(np.logspace(0.5, -1.5, d) * t) @ v
+        ys[t] = x @ mix + 0.05 * t * rng.normal(size=(len(x), d))
+    return x, ys
+
+
+def low_rank_matrix(parts):
+    """The map of low-rank parts in x @ C form: C = down^T up^T."""
+    return parts["down.weight"].astype(np.float64).T @ parts["up.weight"].astype(np.float64).T
+
+
+@pytest.mark.parametrize("case", ["regular", "constant_dimension", "fewer_samples_than_width"])
+@pytest.mark.parametrize("rank", [1, 4, 32])
+def test_rrr_equals_numpy_reduced_rank_regression(rank, case):
+    x, ys = spread_problem(case=case)
+    maps, method = fit_source_reduced_rank(x, ys.items(), rank)
+    assert method == ("cholesky" if case == "regular" else "pinv")
+    for t, y in ys.items():
+        parts = maps[t]
+        assert parts["down.weight"].shape == (rank, 32) and parts["up.weight"].shape == (32, rank)
+        assert parts["down.weight"].dtype == parts["up.weight"].dtype == np.float32
+        reference = numpy_rrr(x, y, rank)
+        error = np.abs(low_rank_matrix(parts) - reference).max() / np.abs(reference).max()
+        assert error <= 1e-6, (t, error)
+        # and the stored parts predict as the reference does
+        pred = ShortcutMap(parts)(x)
+        np.testing.assert_allclose(pred, x @ reference, atol=1e-6 * np.abs(x @ reference).max())
+        # up's columns are orthonormal: V_r
+        up = parts["up.weight"].astype(np.float64)
+        np.testing.assert_allclose(up.T @ up, np.eye(rank), atol=1e-6)
+    if rank == 32 and case == "regular":  # full rank: rrr is mat
+        mat, _ = fit_source(x, ys.items())
+        for t in ys:
+            np.testing.assert_allclose(low_rank_matrix(maps[t]).T, mat[t], atol=1e-6 * 100)
+
+
+def test_rrr_is_the_best_rank_r_map_and_deterministic():
+    """Its training error is below mat truncated by a plain SVD of W (a rank-r map too, but
+    optimal only in the identity metric) and that of random perturbations; two runs agree to
+    the bit, and the eigenvector signs are fixed (largest entry of each up column positive)."""
+    x, ys = spread_problem()
+    rank = 3
+    maps, _ = fit_source_reduced_rank(x, ys.items(), rank)
+    again, _ = fit_source_reduced_rank(x, ys.items(), rank)
+    rng = np.random.default_rng(0)
+    for t, y in ys.items():
+        for name in maps[t]:
+            assert np.array_equal(maps[t][name], again[t][name])
+        up = maps[t]["up.weight"]
+        assert (up[np.abs(up).argmax(0), np.arange(rank)] > 0).all()
+        c = low_rank_matrix(maps[t])
+        best = np.mean((x @ c - y) ** 2)
+        u, s, vt = np.linalg.svd(np.linalg.lstsq(x, y, rcond=None)[0])
+        plain = u[:, :rank] * s[:rank] @ vt[:rank]
+        assert best < np.mean((x @ plain - y) ** 2)
+        for _ in range(5):
+            down = maps[t]["down.weight"] + 1e-3 * rng.normal(size=(rank, 32))
+            worse = down.T @ (maps[t]["up.weight"] + 1e-3 * rng.normal(size=(32, rank))).T
+            assert best < np.mean((x @ worse - y) ** 2)
+
+
+def test_single_pair_helpers_equal_numpy():
+    x, ys = spread_problem()
+    y = ys[2]
+    down, up = reduced_rank(x, y, 4)
+    assert down.dtype == np.float64 and down.shape == (4, 32) and up.shape == (32, 4)
+    reference = numpy_rrr(x, y, 4)
+    np.testing.assert_allclose(down.T @ up.T, reference, atol=1e-9 * np.abs(reference).max())
+    ones = np.ones((len(x), 1))
+    down, up, offset = reduced_rank_affine(x, y, 4)
+    reference = numpy_rrr(np.hstack([x, ones]), y, 4)
+    pred = (x @ down.T + offset) @ up.T
+    np.testing.assert_allclose(pred, np.hstack([x, ones]) @ reference, atol=1e-8 * np.abs(y).max())
+    weight, bias = least_squares_affine(x, y)
+    ref = LinearRegression().fit(x, y)
+    np.testing.assert_allclose(weight, ref.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(bias, ref.intercept_, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="rank"):
+        reduced_rank(x, y, 0)
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+@pytest.mark.parametrize("case", ["regular", "constant_dimension"])
+def test_torch_rrr_equals_numpy(device, case):
+    """The torch path (any torch.device; on a GPU in the workflow) against the same numpy
+    reference; float32 states in, as the workflow passes them."""
+    import torch
+
+    x, ys = spread_problem(case=case)
+    x32 = x.astype(np.float32)
+    dev = torch.device(device)
+    maps, method = fit_source_reduced_rank(
+        x32, ((t, y.astype(np.float32)) for t, y in ys.items()), 4, dev
+    )
+    cpu_maps, cpu_method = fit_source_reduced_rank(
+        x32, ((t, y.astype(np.float32)) for t, y in ys.items()), 4
+    )
+    assert method == cpu_method == ("cholesky" if case == "regular" else "pinv")
+    for t, y in ys.items():
+        assert maps[t]["down.weight"].dtype == np.float32
+        reference = numpy_rrr(x32.astype(np.float64), y.astype(np.float32).astype(np.float64), 4)
+        error = np.abs(low_rank_matrix(maps[t]) - reference).max() / np.abs(reference).max()
+        assert error <= 1e-6, (t, error)
+        # same signs and order as the CPU path: the parts themselves agree, not just the map
+        for name in maps[t]:
+            scale = np.abs(cpu_maps[t][name]).max()
+            assert np.abs(maps[t][name] - cpu_maps[t][name]).max() <= 1e-5 * scale, name
+    down, up = reduced_rank(x32, ys[1].astype(np.float32), 4, dev)
+    cpu_down, cpu_up = reduced_rank(x32, ys[1].astype(np.float32), 4)
+    assert down.dtype == np.float64
+    np.testing.assert_allclose(down, cpu_down, atol=1e-7 * np.abs(cpu_down).max())
+    np.testing.assert_allclose(up, cpu_up, atol=1e-7)
+    weight, bias = least_squares_affine(x32, ys[1], dev)
+    cpu_weight, cpu_bias = least_squares_affine(x32, ys[1])
+    np.testing.assert_allclose(weight, cpu_weight, atol=1e-7 * np.abs(cpu_weight).max())
+    np.testing.assert_allclose(bias, cpu_bias, atol=1e-7 * np.abs(cpu_bias).max())

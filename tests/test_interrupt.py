@@ -20,7 +20,7 @@ STAGES = [
     "prepare_corpus",
     "resolve_model",
     "extract_hidden",
-    "fit_mat",
+    "fit_map",
     "r2_table",
     "decode_predictions",
     "prediction_table",

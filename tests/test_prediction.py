@@ -47,12 +47,10 @@ def validation(request, tmp_path_factory):
         threads=1,
     )
     rng = np.random.default_rng(0)
-    identity, noisy = [], []
-    for source in range(LAYERS):
-        identity.append(str(work / f"identity_{source}.safetensors"))
-        noisy.append(str(work / f"noisy_{source}.safetensors"))
-        save_maps(identity[-1], {LAYERS: np.eye(32)}, {"method": "mat"})
-        save_maps(noisy[-1], {LAYERS: np.eye(32) + rng.normal(size=(32, 32))}, {"method": "mat"})
+    identity, noisy = str(work / "identity.safetensors"), str(work / "noisy.safetensors")
+    save_maps(identity, {s: {LAYERS: np.eye(32)} for s in range(LAYERS)}, {"method": "mat"})
+    noise = {s: {LAYERS: np.eye(32) + rng.normal(size=(32, 32))} for s in range(LAYERS)}
+    save_maps(noisy, noise, {"method": "mat"})
     return kind, work, identity, noisy
 
 
@@ -61,19 +59,33 @@ def decode(work, method, maps, name):
     decode_predictions(
         str(work / "m"),
         str(work / "val"),
-        maps,
-        str(out),
+        {method: maps},
+        {method: str(out)},
         model="tiny",
-        method=method,
         top_k=10,
         threads=1,
     )
     return read_table(out)
 
 
+def test_one_job_decodes_every_method_as_jobs_of_one_method_each(validation):
+    """The decode job of several methods writes, per method, what it writes for it alone."""
+    _, work, identity, noisy = validation
+    maps = {"id": None, "mat": identity, "noisy": noisy}
+    outs = {m: str(work / f"together_{m}.parquet") for m in maps}
+    decode_predictions(
+        str(work / "m"), str(work / "val"), maps, outs, model="tiny", top_k=10, threads=1
+    )
+    for method, path in maps.items():
+        together, alone = read_table(outs[method]), decode(work, method, path, f"alone_{method}")
+        assert together.schema == alone.schema and together.num_rows == alone.num_rows
+        for name in together.column_names:  # bit for bit, NaN (no gold token) included
+            np.testing.assert_array_equal(together[name].to_numpy(), alone[name].to_numpy())
+
+
 def test_identity_map_gives_exactly_ids_numbers(validation):
     _, work, identity, _ = validation
-    by_id = decode(work, "id", [], "id")
+    by_id = decode(work, "id", None, "id")
     by_map = decode(work, "mat", identity, "mat_identity")
     assert by_id.num_rows == len(SENTENCES) * 3 * (LAYERS + 1)
     for column in by_id.column_names[1:]:  # NaN cross-entropy counts as equal here
@@ -97,7 +109,7 @@ def test_last_layer_is_exact_and_precision_grows_with_k(validation):
     for small, large in ((1, 2), (2, 5), (5, 10)):
         assert (values[f"precision@{small}"] <= values[f"precision@{large}"]).all()
     summary = prediction_summary(
-        {"mat": table, "id": decode(work, "id", [], "id2")},
+        {"mat": table, "id": decode(work, "id", None, "id2")},
         model="m",
         corpus="c",
         top_k=[1, 5, 10],
@@ -125,7 +137,7 @@ def test_examples_show_context_and_top5(validation, tmp_path):
         str(work / "m"),
         str(work / "val"),
         str(work / "sentences.parquet"),
-        {"id": [], "mat": identity},
+        {"id": None, "mat": identity},
         str(tmp_path / "ex.parquet"),
         str(tmp_path / "ex.md"),
         model="tiny",

@@ -27,7 +27,6 @@ GPU_RULES = (
     "decode_predictions",
     "train_map",
     "record_parts",
-    "prefix_states",
     "replace_parts",
 )
 # executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
@@ -109,8 +108,8 @@ def same_outputs(a: Path, b: Path) -> None:
     for target in TARGETS:
         assert pq.read_table(a / target).equals(pq.read_table(b / target)), target
     for name in ("mat", "njtc"):
-        x = load_file(a / f"results/maps/gpt/mini/{name}/from_0.safetensors")
-        y = load_file(b / f"results/maps/gpt/mini/{name}/from_0.safetensors")
+        x = load_file(a / f"results/maps/gpt/mini/{name}.safetensors")
+        y = load_file(b / f"results/maps/gpt/mini/{name}.safetensors")
         assert sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x), name
 
 
@@ -169,11 +168,12 @@ def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
     out = runs["out"]
     assert "cancelled" in runs, "no extract_hidden job was seen running"
     assert "CANCELLED" in out and "Trying to restart job" in out, out[-5000:]
-    # every job went through SLURM, and the fits of both source layers in one group submission
+    # every job went through SLURM, and the two tables that read every map in one submission
     submitted = [line for line in out.splitlines() if "has been submitted with SLURM" in line]
     assert sum("slurm_logs/rule_extract_hidden/gpt_" in line for line in submitted) == 3
-    assert sum("slurm_logs/group_fits_fit_mat/" in line for line in submitted) == 1
-    assert not any("slurm_logs/rule_fit_mat/" in line for line in submitted)
+    tables = "slurm_logs/group_tables_parameter_table_r2_table/"
+    assert sum(tables in line for line in submitted) == 1, submitted
+    assert not any("slurm_logs/rule_r2_table/" in line for line in submitted)
     # the profile's GPU requests reach SLURM: a GPU in the gpu partition for the GPU rules only
     for job in runs["jobs"]:
         gpu_rules = tuple(f"rule_{r}" for r in GPU_RULES)

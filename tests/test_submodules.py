@@ -6,7 +6,6 @@ import importlib.util
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from test_models import TEXTS
@@ -18,10 +17,8 @@ from jtc.extract import extract, prepare_sentences, run_states
 from jtc.io import (
     CorruptFileError,
     part_file,
-    read_sequences,
     read_site,
     read_states,
-    write_sequences,
 )
 from jtc.maps import ShortcutMap, load_part_maps, save_maps, save_part_maps
 from jtc.models import cache_model, load_cached, model_info
@@ -208,27 +205,10 @@ def test_architecture_without_part_adapter_is_named(monkeypatch):
         part_adapter("opt")
 
 
-def test_stored_sequences_round_trip_and_damage_is_named(tmp_path):
-    rng = np.random.default_rng(0)
-    sequences = [rng.normal(size=(n, 4)).astype(np.float32) for n in (3, 1, 5)]
-    path = tmp_path / "prefix.parquet"
-    write_sequences(path, np.array([7, 2, 9]), sequences, "float32")
-    ids, back = read_sequences(path)
-    assert ids.tolist() == [7, 2, 9]
-    assert all(np.array_equal(a, b) for a, b in zip(back, sequences, strict=True))
-    table = pq.read_table(path)
-    pq.write_table(table.take([0, 1, 3, 2, 4, 5, 6, 7, 8]), path)  # two rows swapped
-    with pytest.raises(CorruptFileError, match="positions are not 0, 1, ... per sentence"):
-        read_sequences(path)
-    path.write_bytes(path.read_bytes()[:100])  # truncated
-    with pytest.raises(CorruptFileError, match="cannot read Parquet file"):
-        read_sequences(path)
-
-
 def test_a_layer_map_file_is_not_taken_for_part_maps(tmp_path):
-    save_maps(tmp_path / "from_0.safetensors", {1: np.eye(4)}, {"method": "mat"})
+    save_maps(tmp_path / "mat.safetensors", {0: {1: np.eye(4)}}, {"method": "mat"})
     with pytest.raises(CorruptFileError, match="not a sub-module map file"):
-        load_part_maps(tmp_path / "from_0.safetensors")
+        load_part_maps(tmp_path / "mat.safetensors")
 
 
 @pytest.mark.real_model

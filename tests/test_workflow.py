@@ -32,8 +32,8 @@ pytestmark = pytest.mark.workflow
 VALIDATION_RERUN = {
     "extract_hidden": 2,
     "r2_table": 2,
-    "plot_r2": 4,
-    "decode_predictions": 4,
+    "plot_r2": 2,
+    "decode_predictions": 2,
     "prediction_table": 2,
     "plot_prediction": 2,
     "prediction_examples": 2,
@@ -53,8 +53,8 @@ def rerun_changed(finished, workdir, **changes):
 def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_run):
     workdir = tiny_run
     ran = rules_run(tiny_first_run)
-    assert ran["fit_mat"] == 4 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
-    assert ran["decode_predictions"] == 4 and ran["prediction_table"] == 2
+    assert ran["fit_map"] == 2 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
+    assert ran["decode_predictions"] == 2 and ran["prediction_table"] == 2  # every method in one
     assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
     assert ran["early_exit"] == 2 and ran["plot_early_exit"] == 2
 
@@ -69,10 +69,9 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
     ]
     assert len(table) == 2 * 3  # (id, mat) x pairs l < l' of 3 sites
     assert (workdir / "results/metrics/gpt/mini/r2.csv").exists()
-    for model in ("gpt", "bert"):
-        for method in ("id", "mat"):
-            for ext in ("png", "pdf"):
-                assert (workdir / f"results/figures/{model}/mini/r2_{method}.{ext}").stat().st_size
+    for model in ("gpt", "bert"):  # one panel per method
+        for ext in ("png", "pdf"):
+            assert (workdir / f"results/figures/{model}/mini/r2.{ext}").stat().st_size
     for model in ("gpt", "bert"):
         prediction = pq.read_table(workdir / f"results/metrics/{model}/mini/prediction.parquet")
         rows = prediction.to_pylist()
@@ -108,7 +107,7 @@ def test_nothing_changed_nothing_runs(tiny_run, tmp_path):
 
 
 def test_validation_size_reruns_only_what_reads_the_validation_split(tiny_run, tmp_path):
-    maps = "results/maps/gpt/mini/mat/from_0.safetensors"
+    maps = "results/maps/gpt/mini/mat.safetensors"
     ran = rerun_changed(tiny_run, tmp_path, sizes={"train": 48, "validation": 12})
     assert ran == VALIDATION_RERUN
     assert (tmp_path / maps).stat().st_mtime_ns == (tiny_run / maps).stat().st_mtime_ns
@@ -120,14 +119,13 @@ def test_validation_size_reruns_only_what_reads_the_validation_split(tiny_run, t
 
 def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_path):
     ran = rerun_changed(tiny_run, tmp_path, sizes={"train": 40, "validation": 16})
-    # training states, fits, and everything after them
-    # (id's predictions do not read the training split: they stay)
+    # training states, fits, and everything after them (the validation states stay)
     assert ran == {
         "extract_hidden": 2,
-        "fit_mat": 4,
+        "fit_map": 2,
         "parameter_table": 2,
         "r2_table": 2,
-        "plot_r2": 4,
+        "plot_r2": 2,
         "decode_predictions": 2,
         "prediction_table": 2,
         "plot_prediction": 2,
@@ -160,18 +158,21 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     link_inputs(tiny_project, tmp_path)
     config = read_config(tiny_project)
     config["models"] = {"gpt": config["models"]["gpt"]}
-    config["methods"] = ["id", "mat", *TRAINED]
+    config["methods"] = ["id", "mat", "rrr", *TRAINED]
     config["training"] = {m: {"max_epochs": 3, "batch_size": 8} for m in TRAINED}
     write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
-    # 2 layers: njtc and nnjtc fit every pair (auto), the tuned lens the pairs into the last
-    assert ran["train_map"] == 3 * 2 and ran["fit_mat"] == 2
+    # one job per method; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto),
+    # the tuned lens the pairs into the last
+    assert ran["train_map"] == 3 and ran["fit_map"] == 2
     metrics = tmp_path / "results/metrics/gpt/mini"
     r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
     pairs = {
-        m: {(r["source_layer"], r["target_layer"]) for r in r2 if r["method"] == m} for m in TRAINED
+        m: {(r["source_layer"], r["target_layer"]) for r in r2 if r["method"] == m}
+        for m in ["rrr", *TRAINED]
     }
     assert pairs == {
+        "rrr": {(0, 1), (0, 2), (1, 2)},
         "njtc": {(0, 1), (0, 2), (1, 2)},
         "nnjtc": {(0, 1), (0, 2), (1, 2)},
         "tuned_lens": {(0, 2), (1, 2)},
@@ -179,22 +180,22 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert all(np.isfinite(r["r2"]) for r in r2)
     for name in ("prediction", "early_exit", "early_exit_savings"):
         methods = set(pq.read_table(metrics / f"{name}.parquet").column("method").to_pylist())
-        assert methods == {"id", "mat", *TRAINED}, name
+        assert methods == {"id", "mat", "rrr", *TRAINED}, name
     assert all(f"| {m}, layer 1 |" in (metrics / "examples.md").read_text() for m in TRAINED)
     counts = {r["method"]: r for r in pq.read_table(metrics / "parameters.parquet").to_pylist()}
     assert counts["mat"]["parameters"] == 16 * 16 and counts["njtc"]["parameters"] == 2 * 16
+    assert counts["rrr"]["parameters"] == 2 * 16  # rank 1, as NJTC's
     assert counts["nnjtc"]["parameters"] == 2 * 16 + 2 * 16 and counts["nnjtc"]["buffers"] == 32
     assert counts["tuned_lens"]["parameters"] == 16 * 16 + 16
-    for m in TRAINED:
-        assert (tmp_path / f"results/figures/gpt/mini/r2_{m}.png").stat().st_size
+    assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
     # one method's training setting: that method's maps and what reads them, nothing else
     config["training"]["njtc"]["learning_rate"] = 0.02
     write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all")) == {
-        "train_map": 2,
+        "train_map": 1,
         "r2_table": 1,
-        "plot_r2": 5,
+        "plot_r2": 1,
         "parameter_table": 1,
         "decode_predictions": 1,
         "prediction_table": 1,
@@ -205,9 +206,24 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
         "all": 1,
     }
 
+    # NJTC's pairs are rrr's too (unless training.rrr sets its own): both refit, nothing else
+    config["training"]["njtc"]["targets"] = "last"
+    write_config(tmp_path, config)
+    plan = run_snakemake(tmp_path, "all", "-n")
+    assert rules_run(plan)["train_map"] == 1 and rules_run(plan)["fit_map"] == 1
+    assert planned(plan, "method") == {"njtc", "rrr"}
+    config["training"]["rrr"] = {"targets": "auto"}  # its own: what it was
+    write_config(tmp_path, config)
+    plan = run_snakemake(tmp_path, "all", "-n")
+    assert "fit_map" not in rules_run(plan) and planned(plan, "method") == {"njtc"}
+    config["training"]["njtc"].pop("targets")
+    config["training"].pop("rrr")
+    write_config(tmp_path, config)
+    assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {}
+
     # same seed, same maps, bit for bit
     # (the header's key order is not fixed by safetensors: compare tensors and metadata)
-    nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc/from_0.safetensors"
+    nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc.safetensors"
     first, first_meta = load_file(nnjtc), read_metadata(nnjtc)
     nnjtc.unlink()
     run_snakemake(tmp_path, str(nnjtc.relative_to(tmp_path)))
@@ -240,11 +256,10 @@ def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert ran == {
         "record_parts": 2,
-        "fit_parts": 2,  # one job per block
+        "fit_parts": 1,  # every block's parts
         "part_r2_table": 1,
         "plot_part_r2": 1,
-        "prefix_states": 2,  # jump layers 0 and 1: once each, shared by the 3 variants
-        "replace_parts": 3 * 2,
+        "replace_parts": 2,  # jump layers 0 and 1: one job each, the 3 variants in it
         "submodule_table": 1,
         "plot_submodules": 1,
         "all": 1,
@@ -262,14 +277,12 @@ def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
     assert all(r["n"] == 10 for r in p1.values())
     assert p1[("id", 2)]["mean"] == 1.0  # the final layer is the model's own prediction
     assert (tmp_path / "results/figures/gpt/mini/submodules.png").stat().st_size
-    assert not list((tmp_path / "results/submodules/gpt/mini/prefix").glob("*.parquet"))
 
     config["submodules"]["jump_layers"] = [0, 1, 2]
     write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert ran == {
-        "prefix_states": 1,
-        "replace_parts": 3,
+        "replace_parts": 1,
         "submodule_table": 1,
         "plot_submodules": 1,
         "all": 1,
@@ -427,7 +440,7 @@ def test_config_on_the_command_line_still_overrides_the_configfile(tiny_run, tmp
     assert planned(seeded, "model") == {"gpt", "bert"} and planned(seeded, "corpus") == {"mini"}
     # a list value: a method added, for the config file's models only
     more = run_snakemake(work, "all", "-n", "--config", "methods=[id, mat, njtc]")
-    assert rules_run(more)["train_map"] == 2 * 2  # 2 models x source layers 0 and 1
+    assert rules_run(more)["train_map"] == 2  # one for each of the 2 models
     assert planned(more, "method") >= {"njtc"} and planned(more, "model") == {"gpt", "bert"}
     # and it is checked like the file: a bad value is named by its key
     bad = run_snakemake(work, "all", "-n", "--config", "seed=-1", check=False)
@@ -456,7 +469,7 @@ def test_report_holds_every_figure_and_table(tiny_run, tmp_path):
             "parameters.csv",
         )
     ]
-    assert len(figures) == 2 * 4  # per model: r2_id, r2_mat, prediction, early_exit
+    assert len(figures) == 2 * 3  # per model: r2, prediction, early_exit
     for path in figures + tables:
         assert str(path.relative_to(workdir)) in html, path
     assert "How well each shortcut method predicts" in html  # captions are rendered
@@ -643,7 +656,7 @@ EVERY_STAGE = {
     "prepare_corpus",
     "resolve_model",
     "extract_hidden",
-    "fit_mat",
+    "fit_map",
     "train_map",
     "r2_table",
     "plot_r2",
@@ -658,7 +671,6 @@ EVERY_STAGE = {
     "fit_parts",
     "part_r2_table",
     "plot_part_r2",
-    "prefix_states",
     "replace_parts",
     "submodule_table",
     "plot_submodules",
@@ -695,5 +707,5 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     for model in smoke["submodules"]["models"]:
         for name in ("parts_r2", "submodules"):
             assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
-    for figure in ("r2_mat.png", "prediction.png", "early_exit.png", "submodules.png"):
+    for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
         assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure

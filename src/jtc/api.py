@@ -27,7 +27,8 @@ from . import paths
 from .io import atomic_dir, read_json, read_table
 from .maps import ShortcutMap, load_map, read_metadata
 
-EXPORT_FORMAT = "jtc-shortcuts-v1"
+MAP_NAME = "maps.safetensors"  # an export's map file
+EXPORT_FORMAT = "jtc-shortcuts-v2"  # v1: one map file per source layer
 LENS_COLUMNS = {
     "method": pa.string(),
     "layer": pa.int32(),
@@ -48,11 +49,11 @@ class ShortcutMismatch(ValueError):
 class Shortcuts:
     """One method's maps from every layer l to every later layer, for one model and corpus.
 
-    `description` holds model, corpus, method, num_layers, hidden_size and architecture; `files`
-    maps a source layer to its safetensors file (none for id, the identity)."""
+    `description` holds model, corpus, method, num_layers, hidden_size and architecture; `path`
+    is the method's map file (jtc.maps; none for id, the identity)."""
 
     description: dict[str, Any]
-    files: dict[int, Path] = field(default_factory=dict)
+    path: Path | None = None
     _cache: dict[tuple[int, int], ShortcutMap] = field(default_factory=dict, repr=False)
 
     @property
@@ -80,18 +81,13 @@ class Shortcuts:
         }
         if method == "id":
             return cls(description)
-        files = {
-            s: paths.under(results, paths.MAP, model=model, corpus=corpus, method=method, source=s)
-            for s in range(info["num_layers"])
-        }
-        missing = [str(p) for p in files.values() if not p.exists()]
-        if missing:
+        path = paths.under(results, paths.MAP, model=model, corpus=corpus, method=method)
+        if not path.exists():
             raise FileNotFoundError(
-                f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' "
-                f"({len(missing)} of {len(files)} files missing, e.g. {missing[0]}); run the "
-                f"workflow for it first"
+                f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' ({path} "
+                f"is missing); run the workflow for it first"
             )
-        return cls(description, files)
+        return cls(description, path)
 
     @classmethod
     def load(cls, folder: str | Path) -> Shortcuts:
@@ -103,8 +99,7 @@ class Shortcuts:
                 f"{folder}: not a jtc shortcut export (format {description.get('format')!r}, "
                 f"expected {EXPORT_FORMAT!r})"
             )
-        sources = range(description["num_layers"]) if description["method"] != "id" else []
-        return cls(description, {s: folder / f"from_{s}.safetensors" for s in sources})
+        return cls(description, None if description["method"] == "id" else folder / MAP_NAME)
 
     def map(self, source: int, target: int) -> ShortcutMap:
         """The map from layer `source` to layer `target` (callable on (n, d) states)."""
@@ -115,7 +110,7 @@ class Shortcuts:
             )
         key = (source, target)
         if key not in self._cache:
-            self._cache[key] = load_map(self.files[source], target)
+            self._cache[key] = load_map(self.path, source, target)
         return self._cache[key]
 
     def affine(self, source: int, target: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -165,8 +160,8 @@ class Shortcuts:
         from . import __version__
 
         statistics: dict[str, Any] = {}
-        if self.files:
-            meta = read_metadata(self.files[0])
+        if self.path is not None:
+            meta = read_metadata(self.path)
             statistics = {k: meta[k] for k in ("n_train", "solver") if k in meta}
         if results is not None:
             r2_path = paths.under(
@@ -185,7 +180,7 @@ class Shortcuts:
         description = {
             **self.description,
             "format": EXPORT_FORMAT,
-            "convention": "file from_{l} holds the maps to_{l'}.* for l' > l; see jtc.maps",
+            "convention": f"{MAP_NAME}: maps from_{{l}}.to_{{l'}}.* for l < l'; see jtc.maps",
             "fit_statistics": statistics,
             "versions": {
                 "jtc": __version__,
@@ -195,8 +190,8 @@ class Shortcuts:
         }
         folder = Path(folder)
         with atomic_dir(folder) as tmp:
-            for source, path in self.files.items():
-                shutil.copyfile(path, tmp / f"from_{source}.safetensors")
+            if self.path is not None:
+                shutil.copyfile(self.path, tmp / MAP_NAME)
             (tmp / "description.json").write_text(
                 json.dumps(description, indent=2, sort_keys=True) + "\n"
             )

@@ -184,7 +184,7 @@ def schema_problem(errors: list[jsonschema.exceptions.ValidationError]) -> str:
 def rank_problem(model: str, width: int, config: dict[str, Any]) -> str | None:
     """A low-rank method's rank larger than a model's width (hidden size); only the configured
     methods count, and rank null (or 0) means the default, floor(d / 100)."""
-    for method in ("njtc", "nnjtc"):
+    for method in ("njtc", "nnjtc", "rrr"):
         if method not in config["methods"]:
             continue
         rank = config["training"][method].get("rank")
@@ -211,7 +211,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     checked = copy.deepcopy(config)
     _fill_defaults(checked, schema)
     checked["training"] = {
-        name: training_settings(checked, name) for name, m in METHODS.items() if m.trained
+        name: training_settings(checked, name) for name, m in METHODS.items() if m.defaults
     }
     problem = submodule_problem(checked)
     if problem:

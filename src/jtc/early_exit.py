@@ -15,16 +15,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
-from torch import nn
 
-from .adapters import Adapter
-from .decode import Head
 from .io import CorruptFileError, rows_table
+
+if TYPE_CHECKING:  # torch only where the model runs: the sweep stage is numpy
+    from torch import nn
+
+    from .adapters import Adapter
+    from .decode import Head
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +255,6 @@ class _Exit(Exception):
     pass
 
 
-@torch.inference_mode()
 def run_with_early_exit(
     model: nn.Module,
     adapter: Adapter,
@@ -267,6 +269,17 @@ def run_with_early_exit(
     stopping the forward pass at the first layer whose mapped prediction is confident enough.
 
     `to_last(l, h)` maps a state (1, d) of layer l to the last layer (a shortcut method)."""
+    import torch
+
+    with torch.inference_mode():
+        return _run_with_early_exit(
+            model, adapter, head, to_last, input_ids, position, threshold, min_layer
+        )
+
+
+def _run_with_early_exit(model, adapter, head, to_last, input_ids, position, threshold, min_layer):
+    import torch
+
     blocks = adapter.blocks(model)
     last = len(blocks)
     decision: dict[str, int] = {}

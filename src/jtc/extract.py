@@ -371,9 +371,11 @@ def record_states(
     `device_map` is models.NAME.device_map."""
     from .corpus import select_split
     from .io import atomic_dir, read_table
+    from .logs import ready
     from .models import load_model
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
+    ready()  # the job's fixed cost (imports, the model) ends here
     table = select_split(read_table(sentences), meta["split"], n, meta["corpus"])
     with atomic_dir(out) as tmp:
         return extract(

@@ -112,7 +112,6 @@ def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.
 # --- hidden states -------------------------------------------------------------------------
 
 STATE_DTYPES = {"float32": np.float32, "float16": np.float16}
-ROW_GROUP_BYTES_SEQUENCES = 64 << 20  # row groups of write_sequences' files
 
 
 def states_table(sentence_ids: np.ndarray, positions: np.ndarray, states: np.ndarray) -> pa.Table:
@@ -222,36 +221,6 @@ def read_aligned(
 ) -> np.ndarray:
     """Read a layer and check that its rows are the same sentences, in the same order."""
     return read_site_aligned(layer_file(states_dir, layer), expected_ids, dtype)
-
-
-def write_sequences(
-    path: str | os.PathLike, sentence_ids: np.ndarray, sequences: list[np.ndarray], dtype: str
-) -> None:
-    """States at every position of each sentence: one row per (sentence, position), in order."""
-    width = sequences[0].shape[1]
-    rows_per_group = max(256, ROW_GROUP_BYTES_SEQUENCES // (width * 4))
-    with atomic_path(path) as tmp:
-        writer = StateWriter(tmp, width, dtype, rows_per_group)
-        for sentence, states in zip(sentence_ids, sequences, strict=True):
-            count = len(states)
-            writer.write(np.full(count, sentence), np.arange(count), states)
-        writer.close()
-
-
-def read_sequences(path: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(sentence ids, [(len, d) float32 states]) from write_sequences' file, checked to hold
-    positions 0, 1, ... of one sentence after another."""
-    table = read_table(path, columns=["sentence_id", "position", "state"])
-    ids, states = _site_arrays(table, path, np.float32)
-    positions = table.column("position").to_numpy()
-    starts = np.flatnonzero(positions == 0)
-    lengths = np.diff(np.append(starts, len(ids)))
-    expected = np.arange(len(ids)) - np.repeat(starts, lengths)
-    if len(starts) == 0 or starts[0] != 0 or not np.array_equal(positions, expected):
-        raise CorruptFileError(f"{path}: positions are not 0, 1, ... per sentence")
-    if not np.array_equal(ids, np.repeat(ids[starts], lengths)):
-        raise CorruptFileError(f"{path}: a sentence's positions are interleaved with another's")
-    return ids[starts], np.split(states, starts[1:])
 
 
 def read_positions(states_dir: str | os.PathLike) -> tuple[pa.Table, dict[str, Any]]:

@@ -1,34 +1,40 @@
-"""Shortcut map files: one safetensors file per method and source layer, holding the maps from
-that layer to each target layer, and the one rule that applies any of them (numpy, no torch).
+"""Shortcut map files: one safetensors file per model, corpus and method, holding that method's
+maps from every source layer to each of its target layers, and the one rule that applies any of
+them (numpy, no torch).
 
-A map into target t is the set of tensors named `to_{t}.<part>`. Every method is a composition
-of optional parts, applied in this order (torch.nn conventions: pred = h @ weight.T):
+A map from layer s into layer t is the set of tensors named `from_{s}.to_{t}.<part>`. Every
+method is a composition of optional parts, applied in this order (torch.nn conventions:
+pred = h @ weight.T):
 
     norm.{weight,bias,running_mean,running_var}   batch normalisation at evaluation (N-NJTC)
-    down.weight (r, d), up.weight (d, r)           a rank-r product (NJTC, N-NJTC)
+    down.weight (r, d), up.weight (d, r)           a rank-r product (NJTC, N-NJTC, rrr)
     weight (d, d)                                  a full matrix (mat; the tuned lens's I + W)
     bias (d,)                                      an intercept (the tuned lens)
 
 so the stages that use maps (r², prediction, early exit, examples, the API) contain no
-method-specific code: id is no map at all, everything else is a ShortcutMap.
+method-specific code: id is no map at all, everything else is a ShortcutMap. A file is written
+one source layer at a time (MapWriter), so a job never holds more than one source's maps, and
+read one map at a time (safetensors reads only the tensors asked for).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import shutil
+import struct
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
 
 from .io import CorruptFileError, atomic_path, rows_table
 
-FORMAT = "jtc-shortcut-v1"
+FORMAT = "jtc-shortcuts-v2"  # v1: one file per source layer
 NORM_PARTS = ("norm.weight", "norm.bias", "norm.running_mean", "norm.running_var")
 TRAINED_BUFFERS = ("norm.running_mean", "norm.running_var")  # stored, but not trained
 PARTS = (*NORM_PARTS, "down.weight", "up.weight", "weight", "bias")
@@ -45,11 +51,47 @@ def _digest(name: str, value: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def _write(path: str | Path, tensors: dict[str, np.ndarray], meta: dict[str, str]) -> None:
-    """Write tensors with their checksums in the metadata, atomically."""
-    meta = {**meta, CHECKSUMS: json.dumps({n: _digest(n, v) for n, v in sorted(tensors.items())})}
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
+class TensorWriter:
+    """A safetensors file written one tensor at a time: the tensors' bytes go to a scratch file
+    beside the result, and `close` writes the header (with every tensor's checksum) and copies
+    them after it, atomically. Memory holds one tensor at a time, whatever the file's size."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._data = tempfile.TemporaryFile(dir=self.path.parent)
+        self._header: dict[str, dict] = {}
+        self._digests: dict[str, str] = {}
+        self._size = 0
+
+    def add(self, name: str, value: np.ndarray) -> None:
+        if name in self._header:
+            raise ValueError(f"{self.path}: tensor '{name}' written twice")
+        value = np.ascontiguousarray(value, dtype=np.float32)
+        data = value.tobytes()
+        self._header[name] = {
+            "dtype": "F32",
+            "shape": list(value.shape),
+            "data_offsets": [self._size, self._size + len(data)],
+        }
+        self._digests[name] = _digest(name, value)
+        self._data.write(data)
+        self._size += len(data)
+
+    def close(self, metadata: Mapping[str, str]) -> None:
+        """Write the file: header, then the tensors in the order they were added."""
+        meta = {**metadata, CHECKSUMS: json.dumps(dict(sorted(self._digests.items())))}
+        header = json.dumps({"__metadata__": meta, **self._header}).encode()
+        header += b" " * (-len(header) % 8)  # the data starts 8-byte aligned
+        with atomic_path(self.path) as tmp, open(tmp, "wb") as out:
+            out.write(struct.pack("<Q", len(header)))
+            out.write(header)
+            self._data.seek(0)
+            shutil.copyfileobj(self._data, out, 16 << 20)
+        self._data.close()
+
+    def discard(self) -> None:
+        self._data.close()
 
 
 def _verified(
@@ -147,45 +189,109 @@ class ShortcutMap:
         return total - buffers, buffers
 
 
-def save_maps(
-    path: str | Path,
-    maps: Mapping[int, np.ndarray | Mapping[str, np.ndarray]],
-    metadata: Mapping[str, object],
-) -> None:
-    """Store one source layer's maps, {target layer: tensors by part name}; a bare array is a
-    full matrix (`weight`)."""
-    tensors = {}
-    for target, parts in sorted(maps.items()):
-        parts = {"weight": parts} if isinstance(parts, np.ndarray) else parts
-        ShortcutMap(parts)  # refuse an unknown or incomplete set of parts before writing
-        for name, value in parts.items():
-            tensors[f"to_{target}.{name}"] = np.ascontiguousarray(value, dtype=np.float32)
-    meta = {
-        "format": FORMAT,
-        "convention": "pred = up(down(norm(h))) + bias, or h @ weight.T + bias",
-        "targets": json.dumps(sorted(maps)),
-    }
-    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    _write(path, tensors, meta)
+MapsBySource = Mapping[int, Mapping[int, "np.ndarray | Mapping[str, np.ndarray]"]]
 
 
-def _split_name(path: str | Path, name: str) -> tuple[int, str]:
-    target, _, part = name.partition(".")
-    if not (target.startswith("to_") and target[3:].isdigit() and part in PARTS):
+class _MapFileWriter:
+    """A map file written a piece at a time inside a `with` block: it appears (atomically) only
+    when the block ends without an error. Subclasses name the format and the tensors."""
+
+    format: str
+    convention: str
+
+    def __init__(self, path: str | Path, metadata: Mapping[str, object]):
+        self.path = Path(path)
+        self.metadata = dict(metadata)
+        self._tensors = TensorWriter(path)
+
+    def _layout(self) -> dict[str, object]:
+        """Metadata that describes what was written (e.g. the layer pairs)."""
+        return {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:
+            self._tensors.discard()
+            return
+        meta = {"format": self.format, "convention": self.convention, **self._layout()}
+        meta.update(self.metadata)
+        self._tensors.close(
+            {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
+        )
+
+
+class MapWriter(_MapFileWriter):
+    """Writes one method's map file a source layer at a time:
+
+    with MapWriter(path, {"method": "mat", ...}) as maps:
+        maps.add(source, {target: tensors by part name, or a bare full matrix})
+    """
+
+    format = FORMAT
+    convention = "pred = up(down(norm(h))) + bias, or h @ weight.T + bias"
+
+    def __init__(self, path: str | Path, metadata: Mapping[str, object]):
+        super().__init__(path, metadata)
+        self.pairs: list[tuple[int, int]] = []
+
+    def add(self, source: int, maps: Mapping[int, np.ndarray | Mapping[str, np.ndarray]]) -> None:
+        """Store the maps from `source`, {target layer: parts}."""
+        for target, parts in sorted(maps.items()):
+            parts = {"weight": parts} if isinstance(parts, np.ndarray) else parts
+            ShortcutMap(parts)  # refuse an unknown or incomplete set of parts before writing
+            if not 0 <= source < target:
+                raise ValueError(f"a map from layer {source} to layer {target}")
+            for name, value in sorted(parts.items()):
+                self._tensors.add(f"from_{source}.to_{target}.{name}", value)
+            self.pairs.append((source, target))
+
+    def _layout(self) -> dict[str, object]:
+        return {"pairs": self.pairs}
+
+
+def save_maps(path: str | Path, maps: MapsBySource, metadata: Mapping[str, object]) -> None:
+    """Store a method's maps, {source layer: {target layer: tensors by part name}}; a bare array
+    is a full matrix (`weight`)."""
+    with MapWriter(path, metadata) as writer:
+        for source, targets in sorted(maps.items()):
+            writer.add(source, targets)
+
+
+def _split_name(path: str | Path, name: str) -> tuple[int, int, str]:
+    source, _, rest = name.partition(".")
+    target, _, part = rest.partition(".")
+    if not (
+        source.startswith("from_")
+        and source[5:].isdigit()
+        and target.startswith("to_")
+        and target[3:].isdigit()
+        and part in PARTS
+    ):
         raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
-    return int(target[3:]), part
+    return int(source[5:]), int(target[3:]), part
 
 
-def _read(path: str | Path, target: int | None) -> tuple[dict[int, dict[str, np.ndarray]], dict]:
+def _read(
+    path: str | Path, source: int | None, target: int | None
+) -> tuple[dict[tuple[int, int], dict[str, np.ndarray]], dict]:
+    """The tensors of the maps from `source` (None: every source) into `target` (None: every
+    target), {(source, target): parts}, and the file's metadata."""
     try:
         with safe_open(str(path), framework="numpy") as handle:
             meta = handle.metadata() or {}
-            grouped: dict[int, dict[str, np.ndarray]] = {}
+            if meta.get("format") != FORMAT:
+                raise CorruptFileError(
+                    f"{path}: not a jtc shortcut map file (format {meta.get('format')!r}, "
+                    f"expected {FORMAT!r}); delete it and rerun the workflow to rebuild it"
+                )
+            grouped: dict[tuple[int, int], dict[str, np.ndarray]] = {}
             for name in handle.keys():
-                t, part = _split_name(path, name)
-                if target is None or t == target:
+                s, t, part = _split_name(path, name)
+                if source in (None, s) and target in (None, t):
                     value = _verified(path, name, handle.get_tensor(name), meta)
-                    grouped.setdefault(t, {})[part] = value
+                    grouped.setdefault((s, t), {})[part] = value
     except (SafetensorError, OSError, ValueError) as exc:
         raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
     return grouped, meta
@@ -198,26 +304,28 @@ def _to_map(path: str | Path, parts: dict[str, np.ndarray], meta: dict) -> Short
         raise CorruptFileError(f"{path}: {exc}") from None
 
 
-def load_maps(path: str | Path) -> dict[int, ShortcutMap]:
-    """{target layer: map} from a file written by save_maps."""
-    grouped, meta = _read(path, None)
-    return {t: _to_map(path, parts, meta) for t, parts in sorted(grouped.items())}
+def load_maps(path: str | Path, source: int) -> dict[int, ShortcutMap]:
+    """{target layer: map} of the maps from `source` in a file written by MapWriter."""
+    grouped, meta = _read(path, source, None)
+    return {t: _to_map(path, parts, meta) for (_, t), parts in sorted(grouped.items())}
 
 
-def load_map(path: str | Path, target: int) -> ShortcutMap:
-    """The one map into `target` from a file written by save_maps."""
-    grouped, meta = _read(path, target)
-    if target not in grouped:
-        raise CorruptFileError(f"{path}: holds no map to layer {target}")
-    return _to_map(path, grouped[target], meta)
+def load_map(path: str | Path, source: int, target: int) -> ShortcutMap:
+    """The one map from `source` into `target` in a file written by MapWriter."""
+    grouped, meta = _read(path, source, target)
+    if (source, target) not in grouped:
+        raise CorruptFileError(f"{path}: holds no map from layer {source} to layer {target}")
+    return _to_map(path, grouped[(source, target)], meta)
 
 
-def to_last_layer(files: list[str], source: int, states: np.ndarray, last: int) -> np.ndarray:
-    """States of layer `source` mapped to the last layer by a method's map files, one per
-    source layer (none: id, the states as they are)."""
-    if source == last or not files:
+def to_last_layer(
+    path: str | Path | None, source: int, states: np.ndarray, last: int
+) -> np.ndarray:
+    """States of layer `source` mapped to the last layer by a method's map file (None: id, the
+    states as they are)."""
+    if source == last or path is None:
         return states
-    return load_map(files[source], last)(states)
+    return load_map(path, source, last)(states)
 
 
 PARAMETER_COLUMNS = {
@@ -235,7 +343,7 @@ PARAMETER_COLUMNS = {
 def parameter_table(
     files: Mapping[str, str | Path], *, num_layers: int, width: int, model: str, corpus: str
 ) -> pa.Table:
-    """Parameters of one map per method (`files`: its map file from layer 0, read for the map
+    """Parameters of one map per method (`files`: its map file, read for the map from layer 0
     into the last layer), beside id's none and mat's d²."""
     common = {"model": model, "corpus": corpus}
     rows: list[dict[str, object]] = [
@@ -249,7 +357,7 @@ def parameter_table(
         }
     ]
     for method, path in sorted(files.items()):
-        shortcut = load_map(path, num_layers)
+        shortcut = load_map(path, 0, num_layers)
         parameters, buffers = shortcut.parameter_counts()
         rows.append(
             {
@@ -267,7 +375,7 @@ def parameter_table(
 
 def read_metadata(path: str | Path) -> dict[str, object]:
     """A map file's metadata, numbers and lists decoded from their JSON text."""
-    _, meta = _read(path, -1)
+    _, meta = _read(path, -1, -1)
     decoded: dict[str, object] = {}
     for key, text in meta.items():
         try:
@@ -277,37 +385,33 @@ def read_metadata(path: str | Path) -> dict[str, object]:
     return decoded
 
 
-# --- sub-module maps: one file per block, a full matrix per part -------------------------------
+# --- sub-module maps: one file per model and corpus, a full matrix per block part -------------
 
 PART_FORMAT = "jtc-part-maps-v1"
+
+
+class PartMapWriter(_MapFileWriter):
+    """Writes the sub-module map file a block at a time: add(block, {part name: weight})."""
+
+    format = PART_FORMAT
+    convention = "part output = part input @ weight.T"
+
+    def add(self, block: int, weights: Mapping[str, np.ndarray]) -> None:
+        for part, weight in sorted(weights.items()):
+            self._tensors.add(f"block_{block}.{part}", weight)
 
 
 def save_part_maps(
     path: str | Path, weights: Mapping[tuple[int, str], np.ndarray], metadata: Mapping[str, object]
 ) -> None:
     """Store {(block 1..L, part name): weight (d_out, d_in)} as tensors `block_{b}.{part}`."""
-    tensors = {
-        f"block_{block}.{part}": np.ascontiguousarray(w, dtype=np.float32)
-        for (block, part), w in sorted(weights.items())
-    }
-    meta = {"format": PART_FORMAT, "convention": "part output = part input @ weight.T"}
-    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    _write(path, tensors, meta)
+    with PartMapWriter(path, metadata) as writer:
+        for (block, part), weight in sorted(weights.items()):
+            writer.add(block, {part: weight})
 
 
-def load_part_maps(
-    paths: str | Path | Sequence[str | Path],
-) -> dict[tuple[int, str], ShortcutMap]:
-    """{(block, part): map} from one or several files written by save_part_maps."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    maps: dict[tuple[int, str], ShortcutMap] = {}
-    for path in paths:
-        maps.update(_read_part_maps(path))
-    return maps
-
-
-def _read_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
+def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
+    """{(block, part): map} from a file written by PartMapWriter."""
     maps: dict[tuple[int, str], ShortcutMap] = {}
     try:
         with safe_open(str(path), framework="numpy") as handle:

@@ -1,8 +1,9 @@
 """The shortcut methods: what each needs and which layer pairs it fits (torch-free, for planning).
 
-Every method but id stores its maps the same way (jtc.maps), one file per source layer, so the
-stages that use maps need no method-specific code. Only the fitting stages differ: mat is solved
-in closed form (jtc.fit), the others are trained (jtc.train).
+Every method but id stores its maps the same way (jtc.maps), one file per model, corpus and
+method, so the stages that use maps need no method-specific code. Only the fitting stages differ:
+mat and rrr are solved in closed form (jtc.fit, rule fit_map), the others are trained (jtc.train,
+rule train_map).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ AUTO_ALL_PAIRS_MAX_LAYERS = 12  # targets "auto": every pair up to this depth, e
 class Method:
     name: str
     summary: str
-    trained: bool = False
+    trained: bool = False  # by gradient descent (rule train_map); else closed form (fit_map)
     needs_head: bool = False  # trained through the model's decoder head
     last_only: bool = False  # maps into the last layer only
     defaults: dict[str, Any] = field(default_factory=dict)  # config training.<name>
@@ -27,13 +28,14 @@ _LOW_RANK = {
     "rank": None,  # None: floor(d / 100), at least 1
     "targets": "auto",
     "optimizer": "adam",
-    "learning_rate": 0.01,
+    "learning_rate": 3e-4,  # from the rrr start: small steps (bench/bench_train.py)
     "max_epochs": 100,
     "batch_size": 128,
     "holdout_fraction": 0.1,
-    "patience": 10,
+    "patience": 3,
     "weight_decay": 0.0,
     "schedule": "cosine",
+    "warm_start": True,  # from the reduced-rank regression (jtc.train)
 }
 
 METHODS: dict[str, Method] = {
@@ -42,6 +44,11 @@ METHODS: dict[str, Method] = {
         Method("id", "the identity (logit lens)"),
         Method("mat", "least-squares d × d map, no intercept (JTC)"),
         Method("njtc", "rank-r product A·B by gradient descent on MSE", True, defaults=_LOW_RANK),
+        Method(
+            "rrr",
+            "reduced-rank regression: the closed-form optimum of NJTC's objective (rank as NJTC)",
+            defaults={"rank": None, "targets": None},  # None: NJTC's
+        ),
         Method(
             "nnjtc",
             "batch normalisation, then a rank-r product A·B (N-NJTC)",
@@ -57,13 +64,14 @@ METHODS: dict[str, Method] = {
             last_only=True,
             defaults={
                 "optimizer": "adam",
-                "learning_rate": 0.001,
-                "max_epochs": 5,
+                "learning_rate": 3e-5,  # from the least-squares start: small steps
+                "max_epochs": 2,
                 "batch_size": 128,
                 "holdout_fraction": 0.1,
-                "patience": 2,
+                "patience": 1,
                 "weight_decay": 0.0,
                 "schedule": "cosine",
+                "warm_start": True,  # from the least-squares affine map (jtc.train)
             },
         ),
     )
@@ -71,14 +79,24 @@ METHODS: dict[str, Method] = {
 
 
 def training_settings(config: dict[str, Any], method: str) -> dict[str, Any]:
-    """A trained method's settings: its defaults updated by config training.<method>."""
+    """A method's settings: its defaults updated by config training.<method>; rrr's rank and
+    targets, unless set, are NJTC's (so that rrr is the optimum of the objective NJTC trains)."""
     spec = METHODS[method]
-    return {**spec.defaults, **config.get("training", {}).get(method, {})}
+    settings = {**spec.defaults, **config.get("training", {}).get(method, {})}
+    if method == "rrr":
+        njtc = training_settings(config, "njtc")
+        settings = {k: njtc[k] if v is None else v for k, v in settings.items()}
+    return settings
 
 
 def applicable(method: str, predicts: bool) -> bool:
     """Whether a method can be fitted for a model (the tuned lens needs a decoder head)."""
     return predicts or not METHODS[method].needs_head
+
+
+def rank_of(settings: dict[str, Any], width: int) -> int:
+    """A low-rank method's rank: config training.<method>.rank, or floor(d / 100), at least 1."""
+    return settings.get("rank") or max(1, width // 100)
 
 
 def fitted_targets(method: str, targets: str, source: int, num_layers: int) -> list[int]:

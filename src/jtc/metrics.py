@@ -80,7 +80,7 @@ def r2_table(rows: list[tuple[str, str, str, int, int, float]]) -> pa.Table:
 
 def layer_r2_table(
     states: Sequence[np.ndarray],
-    maps: Mapping[str, Sequence[str]],
+    maps: Mapping[str, str | None],
     *,
     model: str,
     corpus: str,
@@ -89,18 +89,18 @@ def layer_r2_table(
     """r² of every method on the layer pairs it maps, from the states h_0..h_L of the same rows
     (on `device`, a GPU, when given: the states are copied there once).
 
-    `maps` gives, per method, its map files (one per source layer, in order): a fitted method
-    scores the pairs its files hold (a trained method may fit only the maps into the last
-    layer); a method with no files is id, scored on every pair l < l'."""
+    `maps` gives, per method, its map file: a fitted method scores the pairs its file holds (a
+    trained method may fit only the maps into the last layer); a method with no file (None)
+    is id, scored on every pair l < l'."""
     n_layers = len(states) - 1
     if device is not None:
         states = [_on(device, s) for s in states]
     rows = []
     for method in sorted(maps):
-        files = maps[method]
+        path = maps[method]
         for source in range(n_layers):
-            if files:
-                fitted = load_maps(files[source])
+            if path is not None:
+                fitted = load_maps(path, source)
             else:
                 fitted = dict.fromkeys(range(source + 1, n_layers + 1))
             for target, shortcut in fitted.items():

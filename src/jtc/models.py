@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,9 @@ from transformers import (
 
 from .adapters import get_adapter
 from .decode import Head
+from .heads import describe
 from .io import CorruptFileError, atomic_dir, read_json
+from .manifest import check_manifest, write_manifest
 from .sources import Candidate, ModelSourceError, candidates
 
 
@@ -145,43 +146,6 @@ def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dic
     }
 
 
-MANIFEST = "manifest.json"  # {file: {"bytes": size, "crc32": checksum}} of a cached model
-
-
-def _crc32(path: Path) -> str:
-    value = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            value = zlib.crc32(chunk, value)
-    return f"{value:08x}"
-
-
-def write_manifest(folder: Path) -> None:
-    """List every file of a cached model with its size and checksum, in manifest.json."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
-    manifest = {p.name: {"bytes": p.stat().st_size, "crc32": _crc32(p)} for p in files}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
-
-def check_manifest(folder: str | Path) -> None:
-    """Refuse a cached model whose files differ from its manifest (damaged, truncated, edited),
-    naming the file and the command that rebuilds the cache."""
-    folder = Path(folder)
-    rebuild = f"delete the folder {folder} and rerun the workflow to cache the model again"
-    if not (folder / MANIFEST).is_file():
-        raise CorruptFileError(
-            f"{folder}: no {MANIFEST} (damaged, or cached by an older jtc): {rebuild}"
-        )
-    for name, want in read_json(folder / MANIFEST).items():
-        path = folder / name
-        if not path.is_file():
-            raise CorruptFileError(f"{path} is missing: {rebuild}")
-        if path.stat().st_size != want["bytes"] or _crc32(path) != want["crc32"]:
-            raise CorruptFileError(
-                f"{path} is damaged (its size or checksum differs from {MANIFEST}): {rebuild}"
-            )
-
-
 def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`."""
     model, tokenizer, cand = load_from_source(name, spec)
@@ -194,6 +158,14 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         tokenizer.save_pretrained(tmp)
         info = model_info(name, model, tokenizer, cand.describe())
         info["dtype"] = spec.get("dtype", "float32")
+        try:
+            transform, unembedding = get_adapter(config.model_type).head(model)
+        except AttributeError:  # no decoder head (r² only)
+            pass
+        else:  # the head as plain operations, for the jobs that only decode (jtc.heads)
+            head = describe(model, transform, unembedding)
+            if head is not None:
+                info["head"] = head
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         write_manifest(tmp)
     return info

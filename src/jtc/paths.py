@@ -12,11 +12,10 @@ CORPUS = f"{RESULTS}/corpora/{{corpus}}.parquet"  # the sentence table
 MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenizer, info.json)
 HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer
 PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs and outputs
-MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}/from_{{source}}.safetensors"
-# a map per part of one block (1..L): one fit_parts job each
-PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts/block_{{block}}.safetensors"
+# a method's maps from every source layer (one fit_map or train_map job each)
+MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}.safetensors"
+PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per block part
 SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
-PREFIX = f"{RESULTS}/submodules/{{model}}/{{corpus}}/prefix/jump_{{jump}}.parquet"
 REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/{{variant}}/jump_{{jump}}.parquet"
 METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png

@@ -46,15 +46,30 @@ def _r2_cells(ax, grid: np.ndarray, annot: bool, **options) -> None:
     )
 
 
-def r2_heatmap(table: pa.Table, method: str, title: str, png: str | Path, pdf: str | Path) -> None:
-    grid = r2_matrix(table, method)  # colours clip at -1; annotations show the true value
-    size = grid.shape[0]
-    fig, ax = plt.subplots(figsize=(2.5 + 0.22 * size, 2 + 0.2 * size))
-    _r2_cells(ax, grid, annot=size <= 13, square=True)
-    ax.set_xlabel("target layer l'")
-    ax.set_ylabel("source layer l")
-    ax.set_title(title)
-    fig.tight_layout()
+def r2_heatmaps(
+    table: pa.Table, methods: list[str], title: str, png: str | Path, pdf: str | Path
+) -> None:
+    """One r² heatmap per method (source × target layer), side by side on one colour scale."""
+    columns = min(3, len(methods))
+    rows = -(-len(methods) // columns)
+    size = r2_matrix(table, methods[0]).shape[0]
+    side = 1.5 + 0.2 * size
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(columns * side + 1.2, rows * side + 0.8), squeeze=False
+    )
+    for i, ax in enumerate(axes.flat):
+        if i >= len(methods):
+            ax.set_axis_off()
+            continue
+        _r2_cells(ax, r2_matrix(table, methods[i]), annot=size <= 13, square=True, cbar=False)
+        ax.set_title(methods[i])
+        ax.set_xlabel("target layer l'" if i + columns >= len(methods) else "")
+        ax.set_ylabel("source layer l" if i % columns == 0 else "")
+        ax.tick_params(labelsize=6)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    scale = fig.add_axes((0.92, 0.2, 0.015, 0.6))
+    fig.colorbar(axes.flat[0].collections[0], cax=scale, label="r² (colours clip at -1)")
     _save(fig, png, pdf)
 
 

@@ -69,19 +69,24 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
         need = 3 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
         need = 2 * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
-    elif stage == "fit_mat":  # float64 X, its projection and one target; 64 MB of targets
-        need = s.rows * s.width * 8 * 4 / 1e6 + 64
+    elif stage == "fit_map":  # every layer's states; float64 X, its projection, one target
+        need = s.states_mb(s.rows) + s.rows * s.width * 8 * 4 / 1e6 + 64
     elif stage == "train_map":  # the tuned lens also holds the head and a batch of logits
-        need = 2 * s.head_mb + s.rows * s.width * 4 * 4 / 1e6 + 128 * s.vocab * 4 * 4 / 1e6
+        need = (
+            2 * s.head_mb
+            + s.states_mb(s.rows)
+            + s.rows * s.width * 4 * 4 / 1e6
+            + 128 * s.vocab * 4 * 4 / 1e6
+        )
     elif stage == "r2_table":  # every validation layer, in float64, and one prediction
         need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
     elif stage in ("decode_predictions", "prediction_examples"):
         need = 2 * s.head_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
     elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
         need = 2 * s.model_mb + 1024 + 512
-    elif stage == "fit_parts":  # one part at a time, as a fit_mat job's
+    elif stage == "fit_parts":  # one part at a time, as a fit_map job's
         need = s.rows * s.width * 8 * 4 / 1e6 + 64
-    elif stage in ("prefix_states", "replace_parts"):  # the model and the stored states
+    elif stage == "replace_parts":  # the model and the states below the jump, every position
         need = 2 * s.model_mb + 3 * 64 + 2 * sequence_mb
     else:
         need = 500
@@ -93,16 +98,16 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
     s = shape
     if stage == "resolve_model":
         flop = 50_000 * s.parameters  # downloading, dequantising, writing: ~1 min per 60M
-    elif stage in ("extract_hidden", "record_parts", "prefix_states"):
+    elif stage in ("extract_hidden", "record_parts"):
         flop = 2 * s.parameters * s.rows * s.tokens / 4
-    elif stage == "replace_parts":  # at most every block, and one decoding of every row
-        flop = 2 * s.parameters * s.rows * s.tokens / 4 + 4 * s.rows * s.width * s.vocab
-    elif stage == "fit_parts":  # a Gram matrix and a solve per part of one block
-        flop = 2 * s.rows * s.width**2 * 4 * 2
-    elif stage == "fit_mat":  # one source layer: the Gram, its factor, every target
-        flop = 2 * s.rows * s.width**2 * (s.layers + 2)
-    elif stage == "train_map":  # the tuned lens: four vocabulary products per row and epoch
-        flop = epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
+    elif stage == "replace_parts":  # the prefix, then per variant (3) the rest and a decoding
+        flop = 4 * 2 * s.parameters * s.rows * s.tokens / 4 + 3 * 4 * s.rows * s.width * s.vocab
+    elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
+        flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
+    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target
+        flop = s.rows * s.width**2 * (s.layers + 2) ** 2
+    elif stage == "train_map":  # per source, the tuned lens: 4 vocabulary products per row/epoch
+        flop = s.layers * epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
     elif stage == "r2_table":
         flop = s.rows * s.width**2 * s.layers**2
     elif stage in ("decode_predictions", "prediction_examples"):

@@ -1,16 +1,31 @@
-"""Shortcut maps trained by gradient descent, beside the closed-form mat of jtc.fit:
+"""Shortcut maps trained by gradient descent, beside the closed-form mat and rrr of jtc.fit:
 
 - NJTC: h_l' ≈ h_l · A · B with A d × r, B r × d, trained jointly on the mean squared error;
 - N-NJTC: the same after a batch normalisation of h_l (learned scale and shift; running
   statistics at evaluation) (Normalized Narrow Jump To Conclusions, arXiv 2409.14091);
-- a tuned-lens style translator h + W h + b into the last layer, W and b starting at zero (the
-  logit lens), trained on KL(final ‖ translated) through the model's own decoder head
-  (Belrose et al. 2023, arXiv 2303.08112).
+- a tuned-lens style translator h + W h + b into the last layer, trained on KL(final ‖
+  translated) through the model's own decoder head (Belrose et al. 2023, arXiv 2303.08112).
+
+Each starts from the closed-form optimum of a least-squares objective on the rows it trains on
+(TrainSettings.warm_start; jtc.fit), not from a random point:
+
+- NJTC from the reduced-rank regression (rrr) of the target on the source states: the optimum
+  of its own objective, which gradient descent can then only refine by chance on held-out rows;
+- N-NJTC with the running statistics set to the training rows' mean and variance (γ = 1), and
+  A·B and the shift β from the reduced-rank regression, with an intercept, of the target on
+  the standardised rows: the optimum of its objective at evaluation (running statistics);
+- the tuned lens from the least-squares affine map of the last layer's states on the source
+  states (h_L ≈ h A + c: I + W = A^T, b = c), the "mat with an intercept" that KL then tunes.
+
+With warm_start false they start as the methods' authors' do: torch.nn.Linear's random
+initialisation, and the identity (W = 0, b = 0, the logit lens).
 
 Each pair (source, target) is trained on its own, from a seed derived from (seed, method,
 source, target), so a map does not depend on which other pairs a job trains. A seeded part of
-the training split is held out for early stopping; the weights of the best held-out epoch are
-kept. On CPU two runs with the same seed and thread count give bit-identical maps.
+the training split is held out for early stopping: its loss is measured at the start (epoch
+0) and after every epoch, training stops after `patience` epochs without a new best, and the
+weights of the best held-out epoch (the start included) are kept. On CPU two runs with the same
+seed and thread count give bit-identical maps.
 """
 
 from __future__ import annotations
@@ -26,6 +41,7 @@ import torch
 from torch import nn
 
 from .decode import Head, Reference, final_reference
+from .fit import least_squares_affine, reduced_rank, reduced_rank_affine
 from .maps import DEFAULT_NORM_EPS
 
 OPTIMIZERS = ("adam", "sgd")
@@ -45,6 +61,7 @@ class TrainSettings:
     patience: int = 10
     weight_decay: float = 0.0
     schedule: str = "cosine"
+    warm_start: bool = True  # start from the closed-form optimum (module docstring), else random
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -63,9 +80,10 @@ class TrainSettings:
 class TrainResult:
     tensors: dict[str, np.ndarray]  # the map's parts, as jtc.maps stores them
     train_loss: list[float] = field(default_factory=list)  # per epoch, over its batches
-    holdout_loss: list[float] = field(default_factory=list)  # before training, then per epoch
-    best_epoch: int = 0  # 0: the initial weights were never beaten
-    seconds: float = 0.0
+    holdout_loss: list[float] = field(default_factory=list)  # at the start, then per epoch
+    best_epoch: int = 0  # 0: the starting weights were never beaten
+    seconds: float = 0.0  # in all, the closed-form start included
+    start_seconds: float = 0.0  # computing the closed-form start
 
     def summary(self) -> dict[str, float | int]:
         """Epochs and losses (not the time taken: map files stay identical from run to run)."""
@@ -109,6 +127,35 @@ class LowRankMap(nn.Module):
             h = self.norm(h)
         return self.up(self.down(h))
 
+    @torch.no_grad()
+    def start_at(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Start from the closed-form optimum on the rows x, y (module docstring): without the
+        norm, the reduced-rank regression of y on x; with it, running statistics from x (γ = 1)
+        and down, up and β from the reduced-rank regression with an intercept of y on the
+        standardised x. At evaluation the map is then exactly that regression. Computed in
+        float64 by jtc.fit's torch path on the module's device (the GPU when it trains there)."""
+        rank, device = self.down.weight.shape[0], self.down.weight.device
+        if self.norm is None:
+            down, up = reduced_rank(x, y, rank, device)
+        else:
+            x = np.asarray(x, dtype=np.float64)
+            mean = x.mean(0)
+            var = x.var(0, ddof=1)  # unbiased, as torch's running variance (≥ 2 rows trained)
+            z = (x - mean) / np.sqrt(var + self.norm.eps)
+            down, up, offset = reduced_rank_affine(z, y, rank, device)
+            # β with down β = offset (minimum norm): the intercept, put through down and up
+            down_t = torch.as_tensor(down, device=device)
+            shift = torch.linalg.pinv(down_t) @ torch.as_tensor(offset, device=device)
+            for name, value in (
+                ("running_mean", mean),
+                ("running_var", var),
+                ("weight", np.ones_like(mean)),
+                ("bias", shift),
+            ):
+                getattr(self.norm, name).copy_(torch.as_tensor(value))
+        self.down.weight.copy_(torch.as_tensor(down))
+        self.up.weight.copy_(torch.as_tensor(up))
+
     def tensors(self) -> dict[str, np.ndarray]:
         return {
             name: t.detach().cpu().numpy()
@@ -118,7 +165,7 @@ class LowRankMap(nn.Module):
 
 
 class AffineTranslator(nn.Module):
-    """h ↦ h + W h + b, starting at the identity (W = 0, b = 0)."""
+    """h ↦ h + W h + b, created at the identity (W = 0, b = 0)."""
 
     def __init__(self, width: int):
         super().__init__()
@@ -127,6 +174,15 @@ class AffineTranslator(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h + nn.functional.linear(h, self.weight, self.bias)
+
+    @torch.no_grad()
+    def start_at(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Start from the least-squares affine map y ≈ x A + c on these rows: I + W = A^T,
+        b = c (W = A^T - I is formed in float64 and then rounded); computed by jtc.fit's torch
+        path on the module's device."""
+        weight, bias = least_squares_affine(x, y, self.weight.device)  # torch, float64
+        self.weight.copy_(torch.as_tensor(weight - np.eye(len(weight), weight.shape[1])))
+        self.bias.copy_(torch.as_tensor(bias))
 
     def tensors(self) -> dict[str, np.ndarray]:
         """Stored as one affine map: weight I + W, bias b."""
@@ -171,9 +227,12 @@ def train_module(
     n: int,
     settings: TrainSettings,
     generator: torch.Generator,
+    start_at: Callable[[np.ndarray], None] | None = None,
 ) -> TrainResult:
     """Minibatch training of `module` on rows 0..n-1; `loss_of(module, rows)` is the mean loss
-    over those rows. A seeded share of the rows is held out for early stopping."""
+    over those rows. A seeded share of the rows is held out for early stopping. `start_at`, if
+    given, sets the module's starting point from the rows trained on (sorted row numbers)
+    before the held-out loss of that start is measured (epoch 0)."""
     start = time.perf_counter()
     order = torch.randperm(n, generator=generator)
     n_hold = 0
@@ -182,6 +241,9 @@ def train_module(
     if n - n_hold < 2:
         raise ValueError(f"{n} training rows are too few to train on (need at least 2)")
     holdout, train_rows = order[:n_hold], order[n_hold:]
+    if start_at is not None:
+        start_at(np.sort(train_rows.numpy()))
+    start_seconds = time.perf_counter() - start
     optimizer = _optimizer(module, settings)
     steps = settings.max_epochs * len(_batches(train_rows, settings.batch_size))
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -190,7 +252,7 @@ def train_module(
         if settings.schedule == "cosine"
         else (lambda step: 1.0),
     )
-    result = TrainResult(tensors={})
+    result = TrainResult(tensors={}, start_seconds=start_seconds)
 
     def held_out_loss() -> float:
         module.eval()
@@ -250,7 +312,8 @@ def train_low_rank(
     seed: int,
     device: str | torch.device | None = None,
 ) -> TrainResult:
-    """NJTC (normalise False) or N-NJTC (True) from states x (n, d) to y (n, d), by MSE."""
+    """NJTC (normalise False) or N-NJTC (True) from states x (n, d) to y (n, d), by MSE, from
+    the closed-form start of the module docstring (or torch's random one: warm_start false)."""
     device = _device(device)
     generator = torch.Generator().manual_seed(seed)
     module = LowRankMap(x.shape[1], rank, normalise, generator).to(device)
@@ -260,7 +323,11 @@ def train_low_rank(
         rows = rows.to(device)
         return nn.functional.mse_loss(net(xs[rows]), ys[rows])
 
-    result = train_module(module, loss_of, len(x), settings, generator)
+    def start_at(rows: np.ndarray) -> None:
+        module.start_at(x[rows], y[rows])
+
+    start = start_at if settings.warm_start else None
+    result = train_module(module, loss_of, len(x), settings, generator, start)
     result.tensors = module.tensors()
     return result
 
@@ -274,6 +341,16 @@ def lens_loss(head: Head, reference: Reference, states: torch.Tensor, rows: torc
     return (reference.neg_entropy[rows] - expected + log_norm).mean()
 
 
+def lens_reference(head: Head, final_states: np.ndarray) -> Reference:
+    """What the tuned lens's loss needs of the final prediction D(h_L) (jtc.decode.Reference),
+    as plain tensors on the head's device; the same for every source layer of a job."""
+    reference = final_reference(head, final_states, 1)
+    # inference-mode tensors cannot take part in autograd: plain copies, on the head's device
+    return Reference(
+        **{f.name: getattr(reference, f.name).to(head.device).clone() for f in fields(Reference)}
+    )
+
+
 def train_tuned_lens(
     x: np.ndarray,
     head: Head,
@@ -281,16 +358,15 @@ def train_tuned_lens(
     *,
     settings: TrainSettings,
     seed: int,
+    reference: Reference | None = None,
 ) -> TrainResult:
     """The translator from states x (n, d) to the last layer, trained by KL to the final
-    prediction D(h_L) at the same positions; on the head's device."""
+    prediction D(h_L) at the same positions (final_states: h_L); on the head's device.
+    `reference`: lens_reference(head, final_states), when the caller has it already."""
     for param in [*(head.transform.parameters() if head.transform else []), head.weight]:
         param.requires_grad_(False)
-    reference = final_reference(head, final_states, 1)
-    # inference-mode tensors cannot take part in autograd: plain copies, on the head's device
-    reference = Reference(
-        **{f.name: getattr(reference, f.name).to(head.device).clone() for f in fields(Reference)}
-    )
+    if reference is None:
+        reference = lens_reference(head, final_states)
     generator = torch.Generator().manual_seed(seed)
     module = AffineTranslator(x.shape[1]).to(head.device)
     xs = _as_tensor(x, head.device)
@@ -299,6 +375,10 @@ def train_tuned_lens(
         rows = rows.to(head.device)
         return lens_loss(head, reference, net(xs[rows]), rows)
 
-    result = train_module(module, loss_of, len(x), settings, generator)
+    def start_at(rows: np.ndarray) -> None:
+        module.start_at(x[rows], final_states[rows])
+
+    start = start_at if settings.warm_start else None
+    result = train_module(module, loss_of, len(x), settings, generator, start)
     result.tensors = module.tensors()
     return result

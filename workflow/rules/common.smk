@@ -46,7 +46,6 @@ KEEPER = Keeper(
     lambda key, record: workflow.persistence._write_record(key, record),
     lambda key: workflow.persistence._delete_record(key),
     lambda key: bool(workflow.persistence._filter_incomplete_keys([key])),
-    temporary=[re.sub(r"\{\w+\}", "*", paths.PREFIX)],
 )
 
 
@@ -87,6 +86,7 @@ CORPORA = list(config["corpora"])
 METHODS = list(config["methods"])
 MAP_METHODS = [m for m in METHODS if m != "id"]
 TRAINED_METHODS = [m for m in METHODS if METHOD_SPECS[m].trained]
+CLOSED_FORM_METHODS = [m for m in MAP_METHODS if m not in TRAINED_METHODS]
 PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
 SUBMODULES = config["submodules"]
 SUBMODULE_CORPORA = SUBMODULES["corpora"] or CORPORA
@@ -101,11 +101,9 @@ wildcard_constraints:
     model=_alternatives(MODELS),
     corpus=_alternatives(CORPORA),
     split="train|validation",
-    source=r"\d+",
     method=_alternatives(config["methods"]),
     variant=_alternatives(SUBMODULES["variants"]),
     jump=r"\d+",
-    block=r"\d+",
 
 
 def code_hash(rule):
@@ -194,23 +192,11 @@ def methods_for(model):
     return [m for m in METHODS if applicable(m, config["models"][model]["predict"])]
 
 
-def map_files(model, corpus, method):
-    """The map files of a fitted method, one per source layer; none for id."""
+def map_file(model, corpus, method):
+    """A fitted method's map file (every source layer); none for id."""
     if method == "id":
         return []
-    return expand(
-        paths.MAP,
-        model=model,
-        corpus=corpus,
-        method=method,
-        source=range(num_layers(model)),
-    )
-
-
-def part_map_files(model, corpus):
-    """The sub-module map files, one per block 1..L."""
-    blocks = range(1, num_layers(model) + 1)
-    return expand(paths.PART_MAP, model=model, corpus=corpus, block=blocks)
+    return paths.MAP.format(model=model, corpus=corpus, method=method)
 
 
 def get_final_output():
@@ -222,9 +208,7 @@ def get_final_output():
             # show every stage before the resolve_model checkpoint has run)
             targets += expand(paths.HIDDEN, **done, split=["train", "validation"])
             names = ["r2.parquet", "parameters.parquet"]
-            figures = expand(
-                "r2_{method}.{ext}", method=methods_for(model), ext=["png", "pdf"]
-            )
+            figures = ["r2.png", "r2.pdf"]
             if model in PREDICTING:
                 names += [
                     "prediction.parquet",
@@ -268,30 +252,31 @@ def train_inputs(wildcards):
     return inputs
 
 
-def r2_inputs(wildcards):
-    """Validation states, plus every map file of each fitted method (one per source layer)."""
-    inputs = {"validation": hidden(wildcards, "validation")}
-    for method in methods_for(wildcards.model):
-        if method != "id":
-            inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
-    return inputs
-
-
-def parameter_inputs(wildcards):
-    """Each fitted method's maps from layer 0 (they hold its map into the last layer)."""
-    inputs = {
-        method: map_files(wildcards.model, wildcards.corpus, method)[0]
+def fitted_maps(wildcards):
+    """The map file of each fitted method that applies to the model."""
+    return {
+        method: map_file(wildcards.model, wildcards.corpus, method)
         for method in methods_for(wildcards.model)
         if method != "id"
     }
-    return {"model": model_dir(wildcards.model), **inputs}
+
+
+def r2_inputs(wildcards):
+    """Validation states, plus the map file of each fitted method."""
+    return {"validation": hidden(wildcards, "validation"), **fitted_maps(wildcards)}
+
+
+def parameter_inputs(wildcards):
+    """The cached model's shape, and the map file of each fitted method."""
+    return {"model": model_dir(wildcards.model), **fitted_maps(wildcards)}
 
 
 def decode_inputs(wildcards):
+    """The cached model (its head), the validation states and every fitted method's maps."""
     return {
         "model": checked_model_dir(wildcards.model, predict=True),
         "validation": hidden(wildcards, "validation"),
-        "maps": map_files(wildcards.model, wildcards.corpus, wildcards.method),
+        **fitted_maps(wildcards),
     }
 
 
@@ -303,7 +288,7 @@ def examples_inputs(wildcards):
         "sentences": paths.CORPUS.format(corpus=wildcards.corpus),
     }
     for method in MAP_METHODS:
-        inputs[method] = map_files(wildcards.model, wildcards.corpus, method)
+        inputs[method] = map_file(wildcards.model, wildcards.corpus, method)
     return inputs
 
 

@@ -1,22 +1,25 @@
-rule fit_mat:
+rule fit_map:
     input:
         paths.fill(paths.HIDDEN, split="train"),
     output:
-        paths.fill(paths.MAP, method="mat"),
+        paths.MAP,
     log:
-        "logs/fit_mat/{model}/{corpus}/from_{source}.log",
+        "logs/fit_map/{model}/{corpus}/{method}.log",
     benchmark:
-        "benchmarks/fit_mat/{model}/{corpus}/from_{source}.tsv"
+        "benchmarks/fit_map/{model}/{corpus}/{method}.tsv"
+    wildcard_constraints:
+        method=_alternatives(CLOSED_FORM_METHODS),
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=mem_mb("fit_mat"),
-        runtime=runtime("fit_mat"),
+        mem_mb=mem_mb("fit_map"),
+        runtime=runtime("fit_map"),
     params:
-        code=code_hash("fit_mat"),
+        settings=lambda w: config["training"].get(w.method, {}),
+        code=code_hash("fit_map"),
     script:
-        "../scripts/fit_mat.py"
+        "../scripts/fit_map.py"
 
 
 rule train_map:
@@ -25,9 +28,9 @@ rule train_map:
     output:
         paths.MAP,
     log:
-        "logs/train_map/{model}/{corpus}/{method}/from_{source}.log",
+        "logs/train_map/{model}/{corpus}/{method}.log",
     benchmark:
-        "benchmarks/train_map/{model}/{corpus}/{method}/from_{source}.tsv"
+        "benchmarks/train_map/{model}/{corpus}/{method}.tsv"
     wildcard_constraints:
         method=_alternatives(TRAINED_METHODS),
     conda:

@@ -32,15 +32,15 @@ rule plot_r2:
         paths.metric("r2.parquet"),
     output:
         png=report(
-            paths.figure("r2_{method}.png"),
+            paths.figure("r2.png"),
             caption="../report/r2_heatmap.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "r² heatmap", "method": "{method}"},
+            labels={"figure": "r² heatmaps"},
         ),
-        pdf=paths.figure("r2_{method}.pdf"),
+        pdf=paths.figure("r2.pdf"),
     log:
-        "logs/plot_r2/{model}/{corpus}/{method}.log",
+        "logs/plot_r2/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
     params:

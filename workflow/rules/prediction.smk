@@ -2,11 +2,12 @@ rule decode_predictions:
     input:
         unpack(decode_inputs),
     output:
-        paths.SCORES,
+        # one table per method, in the order of params.methods
+        expand(paths.SCORES, method=METHODS, allow_missing=True),
     log:
-        "logs/decode_predictions/{model}/{corpus}/{method}.log",
+        "logs/decode_predictions/{model}/{corpus}.log",
     benchmark:
-        "benchmarks/decode_predictions/{model}/{corpus}/{method}.tsv"
+        "benchmarks/decode_predictions/{model}/{corpus}.tsv"
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -14,6 +15,7 @@ rule decode_predictions:
         mem_mb=mem_mb("decode_predictions", "validation"),
         runtime=runtime("decode_predictions", "validation"),
     params:
+        methods=METHODS,
         top_k=max(config["prediction"]["top_k"]),
         code=code_hash("decode_predictions"),
     script:

@@ -39,9 +39,9 @@ rule fit_parts:
     output:
         paths.PART_MAP,
     log:
-        "logs/fit_parts/{model}/{corpus}/block_{block}.log",
+        "logs/fit_parts/{model}/{corpus}.log",
     benchmark:
-        "benchmarks/fit_parts/{model}/{corpus}/block_{block}.tsv"
+        "benchmarks/fit_parts/{model}/{corpus}.tsv"
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -57,7 +57,7 @@ rule fit_parts:
 rule part_r2_table:
     input:
         validation=paths.fill(paths.PARTS, split="validation"),
-        maps=lambda w: part_map_files(w.model, w.corpus),
+        maps=paths.PART_MAP,
     output:
         table=paths.metric("parts_r2.parquet"),
         csv=report(
@@ -99,44 +99,19 @@ rule plot_part_r2:
         "../scripts/plot_part_r2.py"
 
 
-rule prefix_states:
+rule replace_parts:
     input:
         model=lambda w: checked_model_dir(w.model, parts=True),
         sentences=paths.CORPUS,
         validation=paths.fill(paths.HIDDEN, split="validation"),
+        maps=paths.PART_MAP,
     output:
-        temp(paths.PREFIX),
+        # one table per variant, in the order of params.variants
+        expand(paths.REPLACED, variant=SUBMODULES["variants"], allow_missing=True),
     log:
-        "logs/prefix_states/{model}/{corpus}/jump_{jump}.log",
+        "logs/replace_parts/{model}/{corpus}/jump_{jump}.log",
     benchmark:
-        "benchmarks/prefix_states/{model}/{corpus}/jump_{jump}.tsv"
-    conda:
-        "../envs/jtc.yaml"
-    threads: config["threads"]
-    resources:
-        mem_mb=mem_mb("prefix_states", "validation"),
-        runtime=runtime("prefix_states", "validation"),
-    params:
-        sentences=config["submodules"]["sentences"],
-        batch_size=config["batch_size"],
-        device_map=device_map,
-        code=code_hash("prefix_states"),
-    script:
-        "../scripts/prefix_states.py"
-
-
-rule replace_parts:
-    input:
-        model=lambda w: checked_model_dir(w.model, parts=True),
-        validation=paths.fill(paths.HIDDEN, split="validation"),
-        prefix=paths.PREFIX,
-        maps=lambda w: part_map_files(w.model, w.corpus),
-    output:
-        paths.REPLACED,
-    log:
-        "logs/replace_parts/{model}/{corpus}/{variant}/jump_{jump}.log",
-    benchmark:
-        "benchmarks/replace_parts/{model}/{corpus}/{variant}/jump_{jump}.tsv"
+        "benchmarks/replace_parts/{model}/{corpus}/jump_{jump}.tsv"
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -144,7 +119,8 @@ rule replace_parts:
         mem_mb=mem_mb("replace_parts", "validation"),
         runtime=runtime("replace_parts", "validation"),
     params:
-        parts=lambda w: VARIANTS[w.variant],
+        variants={v: VARIANTS[v] for v in SUBMODULES["variants"]},
+        sentences=config["submodules"]["sentences"],
         top_k=max(config["prediction"]["top_k"]),
         batch_size=config["batch_size"],
         device_map=device_map,

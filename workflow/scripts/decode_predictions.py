@@ -1,14 +1,14 @@
 from jtc.logs import job_log
 from jtc.stages.prediction import decode_predictions
 
+p = snakemake.params
 with job_log(snakemake.log[0]):
     decode_predictions(
         snakemake.input.model,
         snakemake.input.validation,
-        list(snakemake.input.maps),
-        snakemake.output[0],
+        {m: snakemake.input.get(m) for m in p.methods},
+        dict(zip(p.methods, snakemake.output, strict=True)),
         model=snakemake.wildcards.model,
-        method=snakemake.wildcards.method,
-        top_k=snakemake.params.top_k,
+        top_k=p.top_k,
         threads=snakemake.threads,
     )

@@ -6,7 +6,6 @@ with job_log(snakemake.log[0]):
         snakemake.input[0],
         snakemake.output[0],
         model=snakemake.wildcards.model,
-        block=int(snakemake.wildcards.block),
         corpus=snakemake.wildcards.corpus,
         threads=snakemake.threads,
     )

@@ -4,7 +4,7 @@ from jtc.stages.submodules import part_r2_table
 with job_log(snakemake.log[0]):
     part_r2_table(
         snakemake.input.validation,
-        list(snakemake.input.maps),
+        snakemake.input.maps,
         snakemake.output.table,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,

@@ -7,7 +7,7 @@ with job_log(snakemake.log[0]):
         snakemake.input.model,
         snakemake.input.validation,
         snakemake.input.sentences,
-        {m: list(snakemake.input.get(m, [])) for m in p.methods},
+        {m: snakemake.input.get(m) for m in p.methods},
         snakemake.output.table,
         snakemake.output.markdown,
         model=snakemake.wildcards.model,

@@ -4,7 +4,7 @@ from jtc.stages.metrics import r2_table
 with job_log(snakemake.log[0]):
     r2_table(
         snakemake.input.validation,
-        {m: list(snakemake.input.get(m, [])) for m in snakemake.params.methods},
+        {m: snakemake.input.get(m) for m in snakemake.params.methods},
         snakemake.output.table,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,

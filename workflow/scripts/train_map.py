@@ -8,7 +8,6 @@ with job_log(snakemake.log[0]):
         snakemake.output[0],
         model_dir=snakemake.input.get("model"),
         method=snakemake.wildcards.method,
-        source=int(snakemake.wildcards.source),
         settings=dict(p.settings),
         seed=p.seed,
         model=snakemake.wildcards.model,

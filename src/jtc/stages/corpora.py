@@ -19,7 +19,9 @@ def prepare_corpus(
     """The sentence table: cleaned, de-duplicated sentences, each assigned to a split."""
     from ..corpus import read_source, sentence_table
     from ..io import write_table
+    from ..logs import ready
 
+    ready()
     pairs = read_source(spec, Path(archive) if archive else None)
     write_table(
         sentence_table(pairs, name, seed, validation_fraction, spec.get("max_sentences")), out

@@ -25,7 +25,9 @@ def early_exit(
 
     from .. import early_exit as ee
     from ..io import read_positions, read_table, write_table
+    from ..logs import ready
 
+    ready()
     positions, info = read_positions(val_dir)
     sweep, saved = ee.exit_tables(
         {method: read_table(path) for method, path in score_files.items()},
@@ -44,6 +46,8 @@ def early_exit(
 def plot_early_exit(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """Accuracy against mean layers run, per method, for the λ sweep and the fixed exits."""
     from ..io import read_table
+    from ..logs import ready
     from ..plots import early_exit_figure
 
+    ready()
     early_exit_figure(read_table(table), f"{model} on {corpus}", png, pdf)

@@ -1,4 +1,4 @@
-"""Stages of workflow/rules/fit.smk: the shortcut maps from one source layer."""
+"""Stages of workflow/rules/fit.smk: each method's shortcut maps, from every source layer."""
 
 from __future__ import annotations
 
@@ -7,30 +7,59 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def fit_mat(
-    train_dir: str, out: str, *, source: int, model: str, corpus: str, threads: int
-) -> None:
-    """Fit mat (least squares, no intercept) from `source` to every later layer on the
-    training states (on the GPU when the job has one)."""
+def _all_layers(train_dir: str) -> tuple[list, int]:
+    """The training states of every layer 0..L as float32, rows aligned with layer 0's."""
     import numpy as np
+
+    from ..io import read_aligned, read_json, read_states
+
+    last = read_json(f"{train_dir}/info.json")["num_layers"]
+    ids, first = read_states(train_dir, 0, np.float32)
+    rest = [read_aligned(train_dir, layer, ids, np.float32) for layer in range(1, last + 1)]
+    return [first, *rest], last
+
+
+def fit_map(
+    train_dir: str,
+    out: str,
+    *,
+    method: str,
+    settings: dict,
+    model: str,
+    corpus: str,
+    threads: int,
+) -> None:
+    """A closed-form method's maps from every source layer, on the training states (on the GPU
+    when the job has one): mat, least squares without intercept into every later layer; rrr,
+    its rank-r truncation in the metric of the source states, into the layers NJTC fits."""
     from threadpoolctl import threadpool_limits
 
     from ..devices import linalg_device
-    from ..fit import fit_source
-    from ..io import read_aligned, read_json, read_states
-    from ..maps import save_maps
+    from ..fit import fit_source, fit_source_reduced_rank
+    from ..logs import ready
+    from ..maps import MapWriter
+    from ..methods import fitted_targets, rank_of
 
-    info = read_json(f"{train_dir}/info.json")
-    ids, x = read_states(train_dir, source)
-    # targets stay float32 here: fit_source copies them into its float64 buffer
-    targets = (
-        (t, read_aligned(train_dir, t, ids, dtype=np.float32))
-        for t in range(source + 1, info["num_layers"] + 1)
-    )
-    with threadpool_limits(threads):
-        weights, solver = fit_source(x, targets, linalg_device())
-    meta = {"method": "mat", "model": model, "corpus": corpus, "source_layer": source}
-    save_maps(out, weights, {**meta, "n_train": len(ids), "solver": solver})
+    states, last = _all_layers(train_dir)
+    ready()
+    device = linalg_device()
+    solvers = {}
+    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+    if method == "rrr":
+        meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings["targets"])
+    with MapWriter(out, meta) as maps, threadpool_limits(threads):
+        for source in range(last):
+            targets = fitted_targets(method, settings.get("targets", "all"), source, last)
+            pairs = ((t, states[t]) for t in targets)
+            if method == "rrr":
+                fitted, solver = fit_source_reduced_rank(
+                    states[source], pairs, meta["rank"], device
+                )
+            else:
+                fitted, solver = fit_source(states[source], pairs, device)
+            maps.add(source, fitted)
+            solvers[source] = solver
+        maps.metadata["solvers"] = solvers
 
 
 def train_map(
@@ -39,66 +68,77 @@ def train_map(
     *,
     model_dir: str | None,
     method: str,
-    source: int,
     settings: dict,
     seed: int,
     model: str,
     corpus: str,
     threads: int,
 ) -> None:
-    """Train a method's maps from `source` to the target layers its settings ask for
-    (jtc.methods.fitted_targets), on a GPU if the job has one; the tuned lens trains through
-    the cached model's decoder head."""
-    import numpy as np
+    """Train a method's maps from every source layer to the target layers its settings ask for
+    (jtc.methods.fitted_targets), each pair from its own seed (so a map does not depend on which
+    others the job trains), on a GPU if the job has one; the tuned lens trains through the
+    cached model's decoder head."""
     import torch
 
-    from ..io import read_aligned, read_json, read_states
-    from ..maps import save_maps
-    from ..methods import fitted_targets
-    from ..train import TrainSettings, default_rank, pair_seed, train_low_rank, train_tuned_lens
+    from ..logs import ready
+    from ..maps import MapWriter
+    from ..methods import fitted_targets, rank_of
+    from ..train import (
+        TrainSettings,
+        lens_reference,
+        pair_seed,
+        train_low_rank,
+        train_tuned_lens,
+    )
 
     torch.set_num_threads(threads)
-    info = read_json(f"{train_dir}/info.json")
-    targets = fitted_targets(method, settings.get("targets", "last"), source, info["num_layers"])
-    ids, x = read_states(train_dir, source)
+    states, last = _all_layers(train_dir)
     training = TrainSettings.from_config(settings)
-    results = {}
+    head = None
     if method == "tuned_lens":
         if model_dir is None:
             raise ValueError("the tuned lens is trained through the model's head: no model given")
-        from ..models import load_head  # transformers: imported only by the jobs that need it
+        from ..heads import load_decoder_head
 
-        head, _, _ = load_head(model_dir, model, threads)
-        for target in targets:  # the last layer: the final prediction is read from its states
-            final = read_aligned(train_dir, target, ids, np.float32)
-            seed_t = pair_seed(seed, method, source, target)
-            results[target] = train_tuned_lens(x, head, final, settings=training, seed=seed_t)
-    else:
-        rank = settings["rank"] or default_rank(x.shape[1])
-        for target in targets:
-            results[target] = train_low_rank(
-                x,
-                read_aligned(train_dir, target, ids, np.float32),
-                rank=rank,
-                normalise=method == "nnjtc",
-                settings=training,
-                seed=pair_seed(seed, method, source, target),
-            )
-    for target, result in results.items():
-        log.info(
-            "%s %d -> %d: %s, %.2f s", method, source, target, result.summary(), result.seconds
-        )
-    save_maps(
-        out,
-        {t: r.tensors for t, r in results.items()},
-        {
-            "method": method,
-            "model": model,
-            "corpus": corpus,
-            "source_layer": source,
-            "n_train": len(ids),
-            "seed": seed,
-            "settings": settings,
-            "training": {str(t): r.summary() for t, r in results.items()},
-        },
-    )
+        head = load_decoder_head(model_dir, model, threads)
+    ready()
+    # the tuned lens's final prediction: decoded once for every source layer
+    reference = None if head is None else lens_reference(head, states[last])
+    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+    meta.update(seed=seed, settings=settings)
+    summaries = {}
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            results = {}
+            for target in fitted_targets(method, settings.get("targets", "last"), source, last):
+                pair = pair_seed(seed, method, source, target)
+                if head is not None:  # the final prediction is read from the last layer
+                    results[target] = train_tuned_lens(
+                        states[source],
+                        head,
+                        states[target],
+                        settings=training,
+                        seed=pair,
+                        reference=reference,
+                    )
+                else:
+                    results[target] = train_low_rank(
+                        states[source],
+                        states[target],
+                        rank=rank_of(settings, states[source].shape[1]),
+                        normalise=method == "nnjtc",
+                        settings=training,
+                        seed=pair,
+                    )
+                result = results[target]
+                log.info(
+                    "%s %d -> %d: %s, %.2f s",
+                    method,
+                    source,
+                    target,
+                    result.summary(),
+                    result.seconds,
+                )
+                summaries[f"{source}->{target}"] = result.summary()
+            maps.add(source, {t: r.tensors for t, r in results.items()})
+        maps.metadata["training"] = summaries

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 
 def r2_table(
-    val_dir: str, maps: dict[str, list[str]], out: str, *, model: str, corpus: str, threads: int
+    val_dir: str, maps: dict[str, str | None], out: str, *, model: str, corpus: str, threads: int
 ) -> None:
     """r² of every method on every pair l < l' of the validation states (`maps`: per method
-    its map files, one per source layer; id needs none). On the GPU when the job has one."""
+    its map file; None for id). On the GPU when the job has one."""
     from threadpoolctl import threadpool_limits
 
     from ..devices import linalg_device
     from ..io import read_aligned, read_json, read_states, write_table
+    from ..logs import ready
     from ..metrics import layer_r2_table
 
+    ready()
     n_layers = read_json(f"{val_dir}/info.json")["num_layers"]
     ids, first = read_states(val_dir, 0)
     states = [first] + [read_aligned(val_dir, layer, ids) for layer in range(1, n_layers + 1)]
@@ -23,21 +25,31 @@ def r2_table(
     write_table(table, out, csv=True)
 
 
-def plot_r2(table: str, method: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
-    """One method's r² heatmap, source layer × target layer."""
+def plot_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
+    """The r² heatmaps of every method in the table (source layer × target layer), side by
+    side."""
     from ..io import read_table
-    from ..plots import r2_heatmap
+    from ..logs import ready
+    from ..methods import METHODS
+    from ..plots import r2_heatmaps
 
-    r2_heatmap(read_table(table), method, f"{method} r² — {model} on {corpus}", png, pdf)
+    ready()
+    r2 = read_table(table)
+    present = set(r2.column("method").to_pylist())
+    methods = [m for m in METHODS if m in present]
+    r2_heatmaps(r2, methods, f"r² of each method — {model} on {corpus}", png, pdf)
 
 
 def parameter_table(
     model_dir: str, map_files: dict[str, str], out: str, *, model: str, corpus: str
 ) -> None:
-    """Parameters of one map (layer 0 into the last layer) per method, beside mat's d²."""
+    """Parameters of one map (layer 0 into the last layer) per method (`map_files`: each
+    method's map file), beside mat's d²."""
     from ..io import read_json, write_table
+    from ..logs import ready
     from ..maps import parameter_table as parameters
 
+    ready()
     info = read_json(f"{model_dir}/info.json")
     table = parameters(
         map_files,

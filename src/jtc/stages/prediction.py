@@ -11,38 +11,43 @@ log = logging.getLogger(__name__)
 def decode_predictions(
     model_dir: str,
     val_dir: str,
-    map_files: list[str],
-    out: str,
+    maps: dict[str, str | None],
+    outs: dict[str, str],
     *,
     model: str,
-    method: str,
     top_k: int,
     threads: int,
 ) -> None:
-    """Per-position scores (jtc.decode.SCORE_COLUMNS) of `method` at every layer of the
-    validation split."""
+    """Per-position scores (jtc.decode.SCORE_COLUMNS) of every method at every layer of the
+    validation split (`maps`: each method's map file, None for id), into outs[method]. The
+    head, the final prediction and each layer's states are read once for all methods."""
     import numpy as np
     import pyarrow as pa
 
     from ..decode import final_reference, score, score_table
+    from ..heads import load_decoder_head
     from ..io import read_aligned, read_positions, write_table
+    from ..logs import ready
     from ..maps import to_last_layer
-    from ..models import load_head
 
-    head, _, _ = load_head(model_dir, model, threads)
+    head = load_decoder_head(model_dir, model, threads)
+    ready()
     positions, info = read_positions(val_dir)
     last = info["num_layers"]
     ids = positions.column("sentence_id").to_numpy()
     gold = positions.column("gold_id").to_numpy()
     reference = final_reference(head, read_aligned(val_dir, last, ids, np.float32), top_k)
-    tables = []
+    tables: dict[str, list] = {method: [] for method in outs}
     for layer in range(last + 1):
         states = read_aligned(val_dir, layer, ids, np.float32)
-        mapped = to_last_layer(map_files, layer, states, last)
-        scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
-        tables.append(score_table(method, layer, ids, scores))
-        log.info("layer %d: precision@1 %.3f", layer, np.mean(scores["final_rank"] == 1))
-    write_table(pa.concat_tables(tables), out)
+        for method in outs:
+            mapped = to_last_layer(maps[method], layer, states, last)
+            scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
+            tables[method].append(score_table(method, layer, ids, scores))
+            hits = np.mean(scores["final_rank"] == 1)
+            log.info("%s, layer %d: precision@1 %.3f", method, layer, hits)
+    for method, out in outs.items():
+        write_table(pa.concat_tables(tables[method]), out)
 
 
 def prediction_table(
@@ -59,8 +64,10 @@ def prediction_table(
     """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
     intervals (jtc.prediction.prediction_summary), and its CSV copy."""
     from ..io import read_table, write_table
+    from ..logs import ready
     from ..prediction import prediction_summary
 
+    ready()
     table = prediction_summary(
         {method: read_table(path) for method, path in score_files.items()},
         model=model,
@@ -76,8 +83,10 @@ def prediction_table(
 def plot_prediction(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The prediction metrics by layer, one line per method."""
     from ..io import read_table
+    from ..logs import ready
     from ..plots import prediction_figure
 
+    ready()
     prediction_figure(read_table(table), f"{model} on {corpus}", png, pdf)
 
 
@@ -85,7 +94,7 @@ def prediction_examples(
     model_dir: str,
     val_dir: str,
     sentences: str,
-    map_files: dict[str, list[str]],
+    maps: dict[str, str | None],
     out: str,
     markdown: str,
     *,
@@ -101,10 +110,12 @@ def prediction_examples(
     from .. import examples
     from ..decode import top_tokens
     from ..io import atomic_path, read_aligned, read_positions, read_table, write_table
+    from ..logs import ready
     from ..maps import to_last_layer
     from ..models import load_head
 
     head, tokenizer, model_info = load_head(model_dir, model, threads)
+    ready()
     positions, info = read_positions(val_dir)
     all_ids = positions.column("sentence_id").to_numpy()
     chosen = positions.slice(0, count)  # the validation split is in seeded random order
@@ -139,8 +150,8 @@ def prediction_examples(
     predictions = {(examples.FINAL, last): top_tokens(head, layer_states(last), 5)}
     for layer in examples.example_layers(layers, last):
         states = layer_states(layer)
-        for method in sorted(map_files):
-            mapped = to_last_layer(map_files[method], layer, states, last)
+        for method in sorted(maps):
+            mapped = to_last_layer(maps[method], layer, states, last)
             predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
     table = examples.examples_table(
         ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)

@@ -37,33 +37,40 @@ def record_parts(
     )
 
 
-def fit_parts(
-    train_dir: str, out: str, *, block: int, model: str, corpus: str, threads: int
-) -> None:
-    """A least-squares map from input to output of every part of one block, training split (on
-    the GPU when the job has one)."""
+def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int) -> None:
+    """A least-squares map from input to output of every part of every block, training split
+    (on the GPU when the job has one), written a block at a time."""
     from threadpoolctl import threadpool_limits
 
     from ..devices import linalg_device
     from ..io import read_json
-    from ..maps import save_part_maps
+    from ..logs import ready
+    from ..maps import PartMapWriter
     from ..parts import fit_parts as fit
 
-    with threadpool_limits(threads):
-        weights, solvers = fit(train_dir, [block], linalg_device())
     info = read_json(f"{train_dir}/info.json")
-    meta = {"method": "mat", "model": model, "corpus": corpus, "block": block}
-    save_part_maps(out, weights, {**meta, "n_train": info["sentences"], "solvers": solvers})
+    device = linalg_device()
+    ready()
+    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": info["sentences"]}
+    solvers = {}
+    with PartMapWriter(out, meta) as maps, threadpool_limits(threads):
+        for block in range(1, info["num_layers"] + 1):
+            weights, block_solvers = fit(train_dir, [block], device)
+            maps.add(block, {part: weight for (_, part), weight in weights.items()})
+            solvers.update(block_solvers)
+        maps.metadata["solvers"] = solvers
 
 
-def part_r2_table(val_dir: str, maps: list[str], out: str, *, model: str, corpus: str) -> None:
+def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
     """r² of every (block, part) map on the recorded validation inputs and outputs (on the GPU
     when the job has one)."""
     from ..devices import linalg_device
     from ..io import write_table
+    from ..logs import ready
     from ..maps import load_part_maps
     from ..parts import part_r2_table as r2
 
+    ready()
     table = r2(val_dir, load_part_maps(maps), model=model, corpus=corpus, device=linalg_device())
     write_table(table, out, csv=True)
 
@@ -71,41 +78,59 @@ def part_r2_table(val_dir: str, maps: list[str], out: str, *, model: str, corpus
 def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The block × part r² heatmap."""
     from ..io import read_table
+    from ..logs import ready
     from ..plots import part_r2_heatmap
 
+    ready()
     part_r2_heatmap(read_table(table), f"sub-module r² — {model} on {corpus}", png, pdf)
 
 
-def prefix_states(
+def replace_parts(
     model_dir: str,
     sentences: str,
     val_dir: str,
-    out: str,
+    maps: str,
+    outs: dict[str, str],
     *,
+    model: str,
+    variants: dict[str, list[str]],
     jump: int,
     count: int | None,
+    top_k: int,
     batch_size: int,
     threads: int,
     device_map: str | None = None,
 ) -> None:
-    """h_jump at every position of the chosen validation sentences, from the unmodified model
-    (only blocks 1..jump run); every replacement variant at this jump starts from them. Stored
-    in float32 whatever storage_dtype says: the runs after the jump must start from the
-    model's own states."""
+    """For one jump layer: h_jump at every position of the first `count` validation sentences,
+    from the unmodified model (only blocks 1..jump run), then for each variant blocks
+    jump+1..L run from those states with the variant's parts replaced by their maps; the final
+    states are decoded and scored against the unmodified model's prediction
+    (decode_predictions' columns, method = variant, layer = jump), into outs[variant]. The
+    prefix runs once for every variant, and stays in float32 whatever storage_dtype says."""
+    import time
+
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..adapters import get_adapter
+    from ..adapters import part_adapter
+    from ..decode import final_reference, score, score_table
     from ..extract import pad_token_id, prepare_sentences
-    from ..io import CorruptFileError, read_positions, read_table, write_sequences
-    from ..models import load_model
-    from ..replace import prefix_states as run_prefix
+    from ..io import CorruptFileError, read_aligned, read_positions, read_table, write_table
+    from ..logs import ready
+    from ..maps import load_part_maps
+    from ..models import load_head, load_model, model_head
+    from ..replace import prefix_states, replaced_final_states
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
+    adapter = part_adapter(info["architecture"])
+    # a model spread over GPUs (device_map) may hold its head across devices: read it whole
+    head = load_head(model_dir, model, threads)[0] if device_map else model_head(net, info, model)
+    ready()
     validation, val_info = read_positions(val_dir)
     chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
     ids = chosen.column("sentence_id").to_numpy()
+    positions = chosen.column("position").to_numpy()
     text = read_table(sentences, ["sentence_id", "text"])
     rows = pc.index_in(pa.array(ids), text.column("sentence_id"))
     if rows.null_count:
@@ -114,80 +139,38 @@ def prefix_states(
         tokenizer, info, text.take(rows), val_info["seed"], val_info["max_tokens"]
     )
     if not (
-        np.array_equal(prepared.sentence_ids, ids)
-        and np.array_equal(prepared.positions, chosen.column("position").to_numpy())
+        np.array_equal(prepared.sentence_ids, ids) and np.array_equal(prepared.positions, positions)
     ):
         raise CorruptFileError(f"{val_dir}: its positions differ from {sentences} tokenised again")
-    states = run_prefix(
-        net,
-        get_adapter(info["architecture"]),
-        prepared.inputs,
-        jump,
-        batch_size,
-        pad_token_id(tokenizer),
-    )
-    write_sequences(out, ids, states, "float32")
-
-
-def replace_parts(
-    model_dir: str,
-    val_dir: str,
-    prefix: str,
-    maps: list[str],
-    out: str,
-    *,
-    model: str,
-    variant: str,
-    parts: list[str],
-    jump: int,
-    top_k: int,
-    batch_size: int,
-    threads: int,
-    device_map: str | None = None,
-) -> None:
-    """Blocks jump+1..L run from the stored h_jump with `parts` (the variant's) replaced by
-    their maps; the final states are decoded and scored against the unmodified model's
-    prediction (decode_predictions' columns, method = variant, layer = jump)."""
-    import time
-
-    import numpy as np
-
-    from ..adapters import part_adapter
-    from ..decode import final_reference, score, score_table
-    from ..io import CorruptFileError, read_aligned, read_positions, read_sequences, write_table
-    from ..maps import load_part_maps
-    from ..models import load_head, load_model, model_head
-    from ..replace import replaced_final_states
-
-    net, _, info = load_model(model_dir, threads, device_map)
-    adapter = part_adapter(info["architecture"])
-    # a model spread over GPUs (device_map) may hold its head across devices: read it whole
-    head = load_head(model_dir, model, threads)[0] if device_map else model_head(net, info, model)
-    ids, sequences = read_sequences(prefix)
-    validation, val_info = read_positions(val_dir)
-    chosen = validation.slice(0, len(ids))
-    if not np.array_equal(chosen.column("sentence_id").to_numpy(), ids):
-        raise CorruptFileError(f"{prefix}: its sentences are not the first of {val_dir}")
+    started = time.perf_counter()
+    prefix = prefix_states(net, adapter, prepared.inputs, jump, batch_size, pad_token_id(tokenizer))
+    log.info("blocks 1..%d: %.2f s", jump, time.perf_counter() - started)
     all_ids = validation.column("sentence_id").to_numpy()
     final = read_aligned(val_dir, val_info["num_layers"], all_ids, np.float32)[: len(ids)]
     reference = final_reference(head, final, top_k)
-    replaced = {k: m for k, m in load_part_maps(maps).items() if k[1] in parts}
-    started = time.perf_counter()
-    positions = chosen.column("position").to_numpy()
-    states = replaced_final_states(net, adapter, sequences, positions, jump, replaced, batch_size)
-    forward = time.perf_counter() - started
-    scores = score(head, reference, states, chosen.column("gold_id").to_numpy())
-    log.info(
-        "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
-        variant,
-        jump,
-        np.mean(scores["final_rank"] == 1),
-        forward,
-    )
-    diverged = int((scores["top1_id"] < 0).sum())
-    if diverged:
-        log.warning("%d of %d runs overflowed (inf or NaN): counted as misses", diverged, len(ids))
-    write_table(score_table(variant, jump, ids, scores), out)
+    part_maps = load_part_maps(maps)
+    for variant, parts in variants.items():
+        replaced = {k: m for k, m in part_maps.items() if k[1] in parts}
+        started = time.perf_counter()
+        states = replaced_final_states(net, adapter, prefix, positions, jump, replaced, batch_size)
+        forward = time.perf_counter() - started
+        scores = score(head, reference, states, chosen.column("gold_id").to_numpy())
+        log.info(
+            "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
+            variant,
+            jump,
+            np.mean(scores["final_rank"] == 1),
+            forward,
+        )
+        diverged = int((scores["top1_id"] < 0).sum())
+        if diverged:
+            log.warning(
+                "%s: %d of %d runs overflowed (inf or NaN): counted as misses",
+                variant,
+                diverged,
+                len(ids),
+            )
+        write_table(score_table(variant, jump, ids, scores), outs[variant])
 
 
 def submodule_table(
@@ -208,8 +191,10 @@ def submodule_table(
     import pyarrow.compute as pc
 
     from ..io import read_table, write_table
+    from ..logs import ready
     from ..prediction import prediction_summary
 
+    ready()
     scores = {
         v: pa.concat_tables([read_table(f) for f in files]) for v, files in score_files.items()
     }
@@ -233,8 +218,10 @@ def submodule_table(
 def plot_submodules(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The prediction metrics of the replaced runs by jump layer, beside id and mat."""
     from ..io import read_table
+    from ..logs import ready
     from ..plots import prediction_figure
 
+    ready()
     prediction_figure(
         read_table(table),
         f"{model} on {corpus}",

@@ -1,11 +1,12 @@
 from jtc.logs import job_log
-from jtc.stages.fit import fit_mat
+from jtc.stages.fit import fit_map
 
 with job_log(snakemake.log[0]):
-    fit_mat(
+    fit_map(
         snakemake.input[0],
         snakemake.output[0],
-        source=int(snakemake.wildcards.source),
+        method=snakemake.wildcards.method,
+        settings=dict(snakemake.params.settings),
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
         threads=snakemake.threads,
