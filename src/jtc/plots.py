@@ -12,11 +12,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .adapters import PART_NAMES  # noqa: E402
 from .io import atomic_path  # noqa: E402
+
+# seaborn's "colorblind" palette, as constants: importing seaborn (pandas, scipy.stats) would
+# add about 1.2 CPU-s to every figure job; only the heatmaps import it
+COLORBLIND = (
+    "#0173b2",
+    "#de8f05",
+    "#029e73",
+    "#d55e00",
+    "#cc78bc",
+    "#ca9161",
+    "#fbafe4",
+    "#949494",
+    "#ece133",
+    "#56b4e9",
+)
+
+
+def _palette(names: list[str]) -> dict[str, str]:
+    return {name: COLORBLIND[i % len(COLORBLIND)] for i, name in enumerate(names)}
 
 
 def r2_matrix(table: pa.Table, method: str) -> np.ndarray:
@@ -31,6 +49,8 @@ def r2_matrix(table: pa.Table, method: str) -> np.ndarray:
 
 def _r2_cells(ax, grid: np.ndarray, annot: bool, **options) -> None:
     """r² cells coloured from -1 to 1 (clipped; the annotations show the true value)."""
+    import seaborn as sns
+
     sns.heatmap(
         grid,
         ax=ax,
@@ -130,7 +150,7 @@ def prediction_figure(
     columns = 3
     rows = -(-len(metrics) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
-    palette = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
+    palette = _palette(methods)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         for method in methods:
             picked = [
@@ -174,7 +194,7 @@ def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
     and exiting every token at a fixed layer (dashed), one colour per method."""
     rows = table.to_pylist()
     methods = sorted({r["method"] for r in rows})
-    palette = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
+    palette = _palette(methods)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for method in methods:
         for policy, style in (("confidence", "-"), ("fixed", "--")):
@@ -204,6 +224,8 @@ def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
 def lens_heatmap(table: pa.Table, title: str, *paths: str | Path) -> None:
     """Per method, a layer × input-token grid of the top-1 prediction (written in each cell),
     coloured by its probability (the paper's "peeking" view)."""
+    import seaborn as sns
+
     rows = [r for r in table.to_pylist() if r["rank"] == 1]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     layers = sorted({r["layer"] for r in rows})
