@@ -511,7 +511,8 @@ def test_api_reproduces_the_workflow_numbers(tiny_run, tmp_path):
     description = yaml.safe_load((exported / "description.json").read_text())
     n_train = yaml.safe_load((workdir / "config.yaml").read_text())["sizes"]["train"]
     assert description["model"] == "gpt" and description["fit_statistics"]["n_train"] == n_train
-    assert description["fit_statistics"]["solver"] in ("cholesky", "pinv")
+    solvers = description["fit_statistics"]["solvers"]  # per source layer
+    assert set(solvers) == {"0", "1"} and set(solvers.values()) <= {"cholesky", "pinv"}
     assert set(description["fit_statistics"]["validation_r2"]) == {"0->1", "0->2", "1->2"}
     val = results / "hidden/gpt/mini/validation"
     ids, h0 = read_states(val, 0)

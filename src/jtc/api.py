@@ -162,7 +162,7 @@ class Shortcuts:
         statistics: dict[str, Any] = {}
         if self.path is not None:
             meta = read_metadata(self.path)
-            statistics = {k: meta[k] for k in ("n_train", "solver") if k in meta}
+            statistics = {k: meta[k] for k in ("n_train", "solvers", "rank") if k in meta}
         if results is not None:
             r2_path = paths.under(
                 results,
