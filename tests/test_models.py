@@ -140,23 +140,28 @@ def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
         np.testing.assert_allclose(decoded.numpy(), own.numpy(), atol=1e-4)
 
 
+def heads_of(model, tokenizer, tmp_path):
+    """(head-only loaded head, the whole cached model's head) of a model cached under tmp_path."""
+    from jtc.models import load_head, model_head
+
+    model.save_pretrained(tmp_path / "src")
+    tokenizer.save_pretrained(tmp_path / "src")
+    cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
+    net, _, info = load_cached(tmp_path / "m")
+    return load_head(tmp_path / "m", "m", threads=1)[0], model_head(net, info, "m")
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "llama-tied", "bert-mlm"])
 def test_head_only_loading_equals_the_whole_models_head(tmp_path, kind):
     """load_head reads only the head's tensors, tied or not, and gives the same head (bit for
     bit) as the whole loaded model's."""
-    from jtc.models import load_head, model_head
 
     model, tokenizer = make_model(kind.removesuffix("-tied"))
     if kind == "llama-tied":
         model.config.tie_word_embeddings = True
         model.tie_weights()
         assert model.lm_head.weight is model.get_input_embeddings().weight
-    model.save_pretrained(tmp_path / "src")
-    tokenizer.save_pretrained(tmp_path / "src")
-    cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
-    net, _, info = load_cached(tmp_path / "m")
-    whole = model_head(net, info, "m")
-    head, _, _ = load_head(tmp_path / "m", "m", threads=1)
+    head, whole = heads_of(model, tokenizer, tmp_path)
     states = torch.randn(7, 32, generator=torch.Generator().manual_seed(0))
     assert torch.equal(head.weight.cpu(), whole.weight)  # the job's device: a GPU if any
     assert (head.bias is None) == (whole.bias is None)
@@ -219,16 +224,10 @@ def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):
 def test_head_only_loading_reads_an_untied_head_of_a_tying_config(tmp_path):
     """A checkpoint whose config says tied but whose head differs from its embedding (transformers
     then keeps both): the head is read under its own name, not the embedding's."""
-    from jtc.models import load_head, model_head
 
     model, tokenizer = make_model("gpt2")
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach() * 2.0 + 0.1)
     assert model.config.tie_word_embeddings
-    model.save_pretrained(tmp_path / "src")
-    tokenizer.save_pretrained(tmp_path / "src")
-    cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
-    net, _, info = load_cached(tmp_path / "m")
-    whole = model_head(net, info, "m")
-    head, _, _ = load_head(tmp_path / "m", "m", threads=1)
+    head, whole = heads_of(model, tokenizer, tmp_path)
     assert torch.equal(head.weight.cpu(), whole.weight)

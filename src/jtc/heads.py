@@ -73,6 +73,22 @@ class Unembedding(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
 
+def _named_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer under every name it has (a tied weight has several)."""
+    return [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+
+
+def parameter_names(model: nn.Module) -> dict[int, list[str]]:
+    """Every name of each parameter and buffer, by the tensor's id."""
+    names: dict[int, list[str]] = {}
+    for name, value in _named_tensors(model):
+        names.setdefault(id(value), []).append(name)
+    return names
+
+
 def _tensors(module: nn.Module, names: dict[int, list[str]]) -> dict[str, list[str]]:
     """Each tensor of a module (by its local name) with every name it has in the model."""
     return {
@@ -136,23 +152,12 @@ def describe(model: nn.Module, transform: nn.Module | None, unembedding: nn.Modu
     """The head of a loaded model as operations over its tensors' names (every name of each,
     for tied weights), or None where it is not recognised or does not reproduce the model's
     own logits on random states."""
-    names: dict[int, list[str]] = {}
-    for name, value in [
-        *model.named_parameters(remove_duplicate=False),
-        *model.named_buffers(remove_duplicate=False),
-    ]:
-        names.setdefault(id(value), []).append(name)
+    names = parameter_names(model)
     ops = _transform_ops(transform, names, getattr(model.config, "hidden_act", None))
     if ops is None or not isinstance(getattr(unembedding, "weight", None), torch.Tensor):
         return None
     description = {"transform": ops, "unembedding": _tensors(unembedding, names)}
-    by_name = {
-        n: t
-        for n, t in [
-            *model.named_parameters(remove_duplicate=False),
-            *model.named_buffers(remove_duplicate=False),
-        ]
-    }
+    by_name = dict(_named_tensors(model))
     plain = _build(description, lambda ns: by_name[ns[0]].detach(), torch.device("cpu"))
     own = Head(transform, unembedding)
     width = own.weight.shape[1]

@@ -23,7 +23,7 @@ from transformers import (
 
 from .adapters import get_adapter
 from .decode import Head
-from .heads import describe
+from .heads import describe, parameter_names
 from .io import CorruptFileError, atomic_dir, read_json
 from .manifest import check_manifest, write_manifest
 from .sources import Candidate, ModelSourceError, candidates
@@ -209,17 +209,6 @@ def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
     return Head.from_model(net, get_adapter(info["architecture"]), name)
 
 
-def _parameter_names(model: torch.nn.Module) -> dict[int, list[str]]:
-    """Every name of each parameter and buffer (a tied weight has several)."""
-    names: dict[int, list[str]] = {}
-    for name, tensor in [
-        *model.named_parameters(remove_duplicate=False),
-        *model.named_buffers(remove_duplicate=False),
-    ]:
-        names.setdefault(id(tensor), []).append(name)
-    return names
-
-
 def _materialise(module: torch.nn.Module, path: str, names, weights, device: torch.device) -> None:
     """Give a module built on the meta device (at `path` in the model) its cached tensors, in
     float32, on `device`: each tensor under its own name, or under a name it is tied to when
@@ -257,7 +246,7 @@ def load_head(model_dir: str | Path, name: str, threads: int):
         model_head(skeleton, info, name)  # raises NoDecoderHead, naming the model
         raise
     device = job_device()
-    names = _parameter_names(skeleton)
+    names = parameter_names(skeleton)
     paths = {id(m): p for p, m in skeleton.named_modules(remove_duplicate=False)}
     with safe_open(model_dir / "model.safetensors", "pt") as weights:
         for module in (transform, unembedding):
