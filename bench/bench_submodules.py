@@ -1,10 +1,13 @@
-"""Sub-module shortcuts: time of one (variant, jump layer) job and the share of it spent in
-forward passes, and what computing the blocks below each jump once (not once per variant) saves.
+"""Sub-module shortcuts: the parts of a replace_parts job (one per model and corpus): the one
+unmodified pass that records the states below every jump layer, against one pass per jump layer
+(what a job per jump layer paid), and per (jump layer, variant) run the forward passes and the
+scoring.
 
-A replace_parts job loads the model, reads the stored states below its jump layer, runs blocks
-l+1..L with the variant's parts replaced, and scores the final states against the unmodified
-model's prediction. This benchmark times those steps in-process on SmolLM2 with sentences of
-realistic length (token ids drawn at random: the cost depends on lengths only) and random maps.
+A replace_parts job loads the model, records the states below every jump layer in one pass,
+then for every jump layer and variant runs blocks l+1..L with the variant's parts replaced and
+scores the final states against the unmodified model's prediction. This benchmark times those
+steps in-process on SmolLM2 with sentences of realistic length (token ids drawn at random: the
+cost depends on lengths only) and random maps.
 Run: .venv/bin/python bench/bench_submodules.py [--sentences 200] [--jumps 0 15 29] [--threads 2]
 Uses results/models/smollm2 when the workflow has cached it, else resolves it (~20 s).
 """
@@ -64,40 +67,34 @@ def main() -> None:
         f"model: {info['name']} ({layers} layers x {width}), {args.sentences} sentences, "
         f"{sum(map(len, inputs))} tokens, {args.threads} threads; model load {load_seconds:.1f} s"
     )
-    print("variant   jump  forward s  scoring s  job s*  forward share")
-    saved = 0.0
+    prefixes, together = timed(
+        prefix_states, model, adapter, inputs, args.jumps, args.batch_size, 0
+    )
+    apart = sum(
+        timed(prefix_states, model, adapter, inputs, [jump], args.batch_size, 0)[1]
+        for jump in args.jumps
+    )
+    print(
+        f"states below jump layers {args.jumps}: one pass {together:.2f} s, "
+        f"one pass per jump layer {apart:.2f} s"
+    )
+    print("variant   jump  forward s  scoring s")
+    reference = final_reference(head, final, 10)
+    total = load_seconds + together
     for jump in args.jumps:
-        prefix, prefix_seconds = timed(
-            prefix_states, model, adapter, inputs, jump, args.batch_size, 0
-        )
-        saved += prefix_seconds * (len(VARIANTS) - 1)
-        print(f"prefix    {jump:4d}  {prefix_seconds:9.2f}   (once per jump layer)")
         for variant, parts in VARIANTS.items():
             chosen = {k: m for k, m in maps.items() if k[1] in parts}
             states, forward = timed(
                 replaced_final_states,
                 model,
                 adapter,
-                prefix,
+                prefixes[jump],
                 positions,
                 jump,
                 chosen,
                 args.batch_size,
             )
-            start = time.perf_counter()
-            score(head, final_reference(head, final, 10), states, gold)
-            scoring = time.perf_counter() - start
-            job = load_seconds + forward + scoring
-            print(
-                f"{variant:8s}  {jump:4d}  {forward:9.2f}  {scoring:9.2f}  {job:6.2f}"
-                f"  {forward / job:12.0%}"
-            )
-    print(
-        "* job s: model load + forward + scoring (a job's Python start-up is not included)\n"
-        f"blocks below the jump computed once per jump, not per variant: "
-        f"{saved:.1f} s of forward passes saved over {len(args.jumps)} jump layers"
-    )
-
-
-if __name__ == "__main__":
-    main()
+            _, scoring = timed(score, head, reference, states, gold)
+            total += forward + scoring
+            print(f"{variant:8s}  {jump:4d}  {forward:9.2f}  {scoring:9.2f}")
+    print(f"job: {total:.1f} s (model load, the one pass, every run; Python start-up not included)")

@@ -246,8 +246,9 @@ def test_prefix_and_replaced_runs_on_the_device_equal_the_cpu(kind):
 
     def runs(net):
         out = {}
+        prefixes = prefix_states(net, adapter, inputs, range(LAYERS + 1), 3, 0)
         for jump in range(LAYERS + 1):
-            prefix = prefix_states(net, adapter, inputs, jump, 3, 0)
+            prefix = prefixes[jump]
             out[jump] = prefix
             for variant, parts in VARIANTS.items():
                 chosen = {key: m for key, m in maps.items() if key[1] in parts}
@@ -476,30 +477,30 @@ def test_submodule_jobs_on_the_device_equal_the_cpu(project, kind, tmp_path):
                 threads=1,
                 **SAMPLING,
             )
-            for jump in range(LAYERS + 1):
-                replace_parts(
-                    str(work / "m"),
-                    str(work / "sentences.parquet"),
-                    str(work / "val"),
-                    str(part_maps),
-                    {v: str(out / f"{v}_{jump}.parquet") for v in VARIANTS},
-                    model=kind,
-                    variants={v: list(parts) for v, parts in VARIANTS.items()},
-                    jump=jump,
-                    count=N_SENTENCES // 2,
-                    top_k=5,
-                    batch_size=5,
-                    threads=1,
-                )
+            replace_parts(
+                str(work / "m"),
+                str(work / "sentences.parquet"),
+                str(work / "val"),
+                str(part_maps),
+                str(out / "replaced.parquet"),
+                model=kind,
+                variants={v: list(parts) for v, parts in VARIANTS.items()},
+                jumps=list(range(LAYERS + 1)),
+                count=N_SENTENCES // 2,
+                top_k=5,
+                batch_size=5,
+                threads=1,
+            )
         assert seen == {device.type}, name
     cpu, dev = tmp_path / "cpu", tmp_path / "device"
     adapter = part_adapter(read_json(work / "m" / "info.json")["architecture"])
     files = [part_file("", *site).name for site in part_sites(LAYERS, adapter.parts)]
     assert_same_states(dev / "parts", cpu / "parts", files)
-    for jump in range(LAYERS + 1):
-        for variant in VARIANTS:
-            table = f"{variant}_{jump}.parquet"
-            assert_same_scores(read_table(dev / table), read_table(cpu / table))
+    replaced = read_table(cpu / "replaced.parquet")
+    columns = (replaced.column("method").to_pylist(), replaced.column("layer").to_pylist())
+    runs = set(zip(*columns, strict=True))
+    assert runs == {(v, jump) for v in VARIANTS for jump in range(LAYERS + 1)}
+    assert_same_scores(read_table(dev / "replaced.parquet"), replaced)
 
 
 def full_loss(work, kind, method, maps: dict[int, ShortcutMap]) -> dict[int, float]:

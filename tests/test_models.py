@@ -10,6 +10,7 @@ from tiny import SENTENCES, make_model, save_model
 
 from jtc.adapters import UnsupportedArchitecture, get_adapter
 from jtc.decode import Head
+from jtc.examples import load_tokenizer
 from jtc.io import read_json, read_states, read_table, write_table
 from jtc.models import cache_model, load_cached
 from jtc.sources import ModelSourceError, candidates, planning_problem
@@ -129,6 +130,9 @@ def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
     assert info["has_lm_head"] and info["task"] == "masked" and info["vocab_size"] == 30522
     positions = extract_texts(tmp_path / "m", tmp_path / "h", "tinybert")
     model, tokenizer, _ = load_cached(tmp_path / "m")
+    light = load_tokenizer(tmp_path / "m")  # the examples job's: tokenizer.json alone
+    assert light(TEXTS)["input_ids"] == tokenizer(TEXTS)["input_ids"]
+    assert light.mask_token_id == tokenizer.mask_token_id
     head = Head.from_model(model, get_adapter("bert"))
     _, final = read_states(tmp_path / "h", info["num_layers"], np.float32)
     for row, text in enumerate(TEXTS):

@@ -5,10 +5,10 @@ import pyarrow as pa
 import pytest
 from tiny import SENTENCES, save_model
 
-from jtc.examples import example_layers, examples_markdown
+from jtc.examples import example_layers, examples_markdown, load_tokenizer
 from jtc.io import read_table, write_table
 from jtc.maps import save_maps
-from jtc.models import cache_model
+from jtc.models import cache_model, load_cached
 from jtc.prediction import bootstrap_means, metric_values, prediction_summary
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions, prediction_examples
@@ -163,6 +163,21 @@ def test_examples_show_context_and_top5(validation, tmp_path):
     for (sid, method, layer, rank), token in top.items():
         if method == "mat":
             assert top[(sid, "id", layer, rank)] == token
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert-mlm"])
+def test_examples_tokenizer_tokenises_as_the_models_own(kind, tmp_path):
+    """The tokenizer the examples job reads from tokenizer.json alone gives the cached model's
+    tokenizer's ids, special tokens and text."""
+    cache_model(kind, {"source": str(save_model(kind, tmp_path / "src", layers=2))}, tmp_path / "m")
+    light, (_, own, _) = load_tokenizer(tmp_path / "m"), load_cached(tmp_path / "m")
+    texts = SENTENCES * 2
+    assert light(texts)["input_ids"] == own(texts)["input_ids"]
+    assert light.all_special_ids == own.all_special_ids
+    assert light.mask_token_id == own.mask_token_id
+    for ids in own(texts)["input_ids"]:
+        assert light.decode(ids) == own.decode(ids)
+        assert [light.decode([t]) for t in ids] == [own.decode([t]) for t in ids]
 
 
 def test_example_layers():

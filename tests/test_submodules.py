@@ -104,11 +104,31 @@ def test_runs_from_stored_prefix_equal_the_whole_model(kind, jump, tmp_path):
     model, tokenizer = make_model(kind, layers=3, width=16)
     adapter = get_adapter(model.config.model_type)
     inputs, positions = inputs_of(model, tokenizer, kind, sentence_table(tmp_path, 10))
-    prefix = prefix_states(model, adapter, inputs, jump, 3, 0)
+    prefix = prefix_states(model, adapter, inputs, [jump], 3, 0)[jump]
     assert [len(p) for p in prefix] == [len(x) for x in inputs]
     got = replaced_final_states(model, adapter, prefix, positions, jump, {}, 3)
     np.testing.assert_allclose(got, final_states(model, adapter, inputs, positions), atol=2e-5)
     assert len(adapter.blocks(model)) == 3  # the model is whole again
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_pass_gives_every_jump_layer_the_states_of_its_own_pass(kind, tmp_path):
+    """The states below several jump layers, recorded in one pass, are bit for bit those of a
+    pass per jump layer, and h_l at the drawn positions is the stored layer state."""
+    model, tokenizer = make_model(kind, layers=3, width=16)
+    adapter = get_adapter(model.config.model_type)
+    table = sentence_table(tmp_path, 10)
+    inputs, positions = inputs_of(model, tokenizer, kind, table)
+    together = prefix_states(model, adapter, inputs, [3, 0, 2], 4, 0)
+    assert sorted(together) == [0, 2, 3]
+    info = model_info(kind, model, tokenizer, "t")
+    layers = run(model, tokenizer, info, table, tmp_path / "h", False)
+    for jump in (0, 2, 3):
+        alone = prefix_states(model, adapter, inputs, [jump], 4, 0)[jump]
+        for a, b in zip(together[jump], alone, strict=True):
+            np.testing.assert_array_equal(a, b)
+        at_positions = np.stack([p[t] for p, t in zip(together[jump], positions, strict=True)])
+        np.testing.assert_allclose(at_positions, read_states(layers, jump)[1], atol=1e-5)
 
 
 def linear_mlp_gpt2():
@@ -138,7 +158,7 @@ def test_a_part_that_is_linear_is_replaced_exactly(tmp_path):
 
     adapter = get_adapter("gpt2")
     inputs, positions = inputs_of(model, tokenizer, "gpt2", sentence_table(tmp_path, 9))
-    prefix = prefix_states(model, adapter, inputs, 0, 4, 0)
+    prefix = prefix_states(model, adapter, inputs, [0], 4, 0)[0]
     expected = final_states(model, adapter, inputs, positions)
 
     def logits(states):
@@ -235,7 +255,7 @@ def test_real_packaged_masked_lm_parts(tmp_path):
         )
     adapter = part_adapter("bert")
     inputs, positions = inputs_of(model, tokenizer, "bert", table)
-    prefix = prefix_states(model, adapter, inputs, 1, 2, 0)
+    prefix = prefix_states(model, adapter, inputs, [1], 2, 0)[1]
     got = replaced_final_states(model, adapter, prefix, positions, 1, {}, 2)
     np.testing.assert_allclose(got, read_states(layers, 2)[1], atol=1e-4)
 

@@ -259,7 +259,7 @@ def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
         "fit_parts": 1,  # every block's parts
         "part_r2_table": 1,
         "plot_part_r2": 1,
-        "replace_parts": 2,  # jump layers 0 and 1: one job each, the 3 variants in it
+        "replace_parts": 1,  # jump layers 0 and 1, the 3 variants at each: one job
         "submodule_table": 1,
         "plot_submodules": 1,
         "all": 1,

@@ -148,8 +148,10 @@ def score(
     for rows in _chunks(n, head.rows_per_chunk()):
         feats = head.features(_rows(states, rows))
         logits = head.unembed(feats)
-        finite = torch.isfinite(logits).all(1)
         top_vals, top_ids = torch.topk(logits, 2, dim=1)
+        # every logit finite <=> the largest and the smallest are (a NaN wins both): two
+        # reductions instead of a whole-vocabulary isfinite mask
+        finite = torch.isfinite(top_vals[:, 0]) & torch.isfinite(logits.amin(1))
         gold = gold_all[rows].to(head.device)
         has_gold = gold >= 0
         gold_logit = logits.gather(1, gold.clamp(min=0)[:, None])[:, 0]

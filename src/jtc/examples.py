@@ -4,6 +4,7 @@ tokens beside each method's top-5 read from early layers, decoded to text."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,19 @@ def example_layers(requested: list[int], num_layers: int) -> list[int]:
             raise ValueError(f"example layers {bad} are outside 0..{num_layers - 1}")
         return sorted(set(requested))
     return sorted({min(num_layers - 1, round(f * num_layers)) for f in DEFAULT_LAYER_FRACTIONS})
+
+
+def load_tokenizer(model_dir: str | Path):
+    """A cached model's tokenizer from its tokenizer.json and tokenizer_config.json alone
+    (transformers' tokenizers backend), which imports no model code: a job that only shows
+    examples then needs neither transformers' modelling modules nor the model's config class
+    (about 2 CPU-s). `contexts` checks that it tokenises as extraction did. A folder without
+    tokenizer.json gets AutoTokenizer."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if (Path(model_dir) / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(model_dir)
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def token_text(tokenizer, token_id: int) -> str:

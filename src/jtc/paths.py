@@ -16,7 +16,7 @@ PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs
 MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}.safetensors"
 PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per block part
 SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
-REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/{{variant}}/jump_{{jump}}.parquet"
+REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/replaced.parquet"
 METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
 

@@ -3,8 +3,9 @@ hooks only.
 
 A "jump" at layer l runs blocks 1..l normally and every later block with the chosen parts
 replaced by their maps at every position. The states h_l at every position (the prefix) are the
-same for every variant, so they are computed once per jump layer (`prefix_states`) and each
-variant runs only the blocks after l from them (`replaced_final_states`).
+same for every variant, so one unmodified forward pass records them at every jump layer at once
+(`prefix_states`) and each (jump layer, variant) runs only the blocks after l from them
+(`replaced_final_states`).
 """
 
 from __future__ import annotations
@@ -77,29 +78,42 @@ def prefix_states(
     model: nn.Module,
     adapter: Adapter,
     inputs: list[np.ndarray],
-    jump: int,
+    jumps: Sequence[int],
     batch_size: int,
     pad_id: int,
-) -> list[np.ndarray]:
-    """h_jump at every position of each sequence, (len, d) float32 each, from the unmodified
-    model; only blocks 1..jump run."""
+) -> dict[int, list[np.ndarray]]:
+    """{jump layer l: h_l at every position of each sequence, (len, d) float32 each}, from one
+    pass of the unmodified model over blocks 1..max(jumps) (l = 0: the embedding output; l = L:
+    the last block's output, before any final norm)."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
-    captured: list[torch.Tensor] = []
+    last = max(jumps)
+    captured: dict[int, torch.Tensor] = {}
 
-    def before(module, args, kwargs):
-        captured.append(hidden_input(args, kwargs))
-        raise _Stop
+    def keep(jump: int, hidden: torch.Tensor) -> None:
+        # a copy: a later block could modify its input in place
+        captured[jump] = hidden.to("cpu", torch.float32, copy=True)
+
+    def before(jump: int):
+        def hook(module, args, kwargs):
+            keep(jump, hidden_input(args, kwargs))
+            if jump == last:  # nothing later is needed: skip the rest of the forward pass
+                raise _Stop
+
+        return hook
 
     def after(module, args, output):
-        captured.append(hidden_output(output))
+        keep(len(blocks), hidden_output(output))
 
-    if jump < len(blocks):
-        handle = blocks[jump].register_forward_pre_hook(before, with_kwargs=True)
-    else:
-        handle = blocks[-1].register_forward_hook(after)
-    out: list[np.ndarray] = [np.empty(0)] * len(inputs)
+    handles = [
+        blocks[jump].register_forward_pre_hook(before(jump), with_kwargs=True)
+        for jump in set(jumps)
+        if jump < len(blocks)
+    ]
+    if last == len(blocks):
+        handles.append(blocks[-1].register_forward_hook(after))
+    out = {jump: [np.empty(0)] * len(inputs) for jump in jumps}
     try:
         for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
             captured.clear()
@@ -107,11 +121,13 @@ def prefix_states(
                 backbone(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
             except _Stop:
                 pass
-            hidden = captured[0].float().cpu().numpy()
-            for j, r in enumerate(rows):
-                out[r] = hidden[j, : len(inputs[r])]
+            for jump, states in out.items():
+                hidden = captured[jump].numpy()
+                for j, r in enumerate(rows):
+                    states[r] = hidden[j, : len(inputs[r])]
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
     return out
 
 

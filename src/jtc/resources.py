@@ -30,6 +30,8 @@ class Shape:
     rows: int = 10_000
     tokens: int = 128  # per sentence, at most
     parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
+    runs: int = 1  # replace_parts: jump layers (each holds every position's states) × variants
+    jumps: int = 1
 
     @classmethod
     def of(cls, model_dir: str | Path, rows: int, tokens: int) -> Shape:
@@ -86,8 +88,8 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
         need = 2 * s.model_mb + 1024 + 512
     elif stage == "fit_parts":  # one part at a time, as a fit_map job's
         need = s.rows * s.width * 8 * 4 / 1e6 + 64
-    elif stage == "replace_parts":  # the model and the states below the jump, every position
-        need = 2 * s.model_mb + 3 * 64 + 2 * sequence_mb
+    elif stage == "replace_parts":  # the model, every jump layer's states at every position
+        need = 2 * s.model_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
     else:
         need = 500
     return int(math.ceil((BASE_MB + need) * attempt / 100) * 100)
@@ -100,8 +102,10 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = 50_000 * s.parameters  # downloading, dequantising, writing: ~1 min per 60M
     elif stage in ("extract_hidden", "record_parts"):
         flop = 2 * s.parameters * s.rows * s.tokens / 4
-    elif stage == "replace_parts":  # the prefix, then per variant (3) the rest and a decoding
-        flop = 4 * 2 * s.parameters * s.rows * s.tokens / 4 + 3 * 4 * s.rows * s.width * s.vocab
+    elif stage == "replace_parts":  # one unmodified pass, then per run half the blocks on
+        # average and a decoding
+        forward = 2 * s.parameters * s.rows * s.tokens / 4
+        flop = forward * (1 + s.runs / 2) + s.runs * 4 * s.rows * s.width * s.vocab
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
     elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target

@@ -1,6 +1,7 @@
 # What the other .smk files share: the checked config, the targets of `all`, the input functions
 # (which read a resolved model's info.json), resources, and the code hash of each job.
 import atexit
+import dataclasses
 import os
 import re
 import sys
@@ -102,8 +103,6 @@ wildcard_constraints:
     corpus=_alternatives(CORPORA),
     split="train|validation",
     method=_alternatives(config["methods"]),
-    variant=_alternatives(SUBMODULES["variants"]),
-    jump=r"\d+",
 
 
 def code_hash(rule):
@@ -131,17 +130,31 @@ def _epochs(wildcards):
     )
 
 
+def _stage_shape(stage, wildcards, split):
+    """_shape, and for replace_parts its sentences, jump layers and runs."""
+    shape = _shape(wildcards, split)
+    if stage != "replace_parts":
+        return shape
+    jumps = len(jumps_of(wildcards.model))
+    return dataclasses.replace(
+        shape,
+        rows=min(shape.rows, SUBMODULES["sentences"] or shape.rows),
+        jumps=jumps,
+        runs=jumps * len(SUBMODULES["variants"]),
+    )
+
+
 def mem_mb(stage, split="train"):
     """A job's memory request: grows with the model, the sentences and the attempt."""
     return lambda wildcards, attempt: memory_mb(
-        stage, _shape(wildcards, split), attempt
+        stage, _stage_shape(stage, wildcards, split), attempt
     )
 
 
 def runtime(stage, split="train"):
     """A job's wall-time request (minutes), likewise."""
     return lambda wildcards, attempt: runtime_minutes(
-        stage, _shape(wildcards, split), attempt, _epochs(wildcards)
+        stage, _stage_shape(stage, wildcards, split), attempt, _epochs(wildcards)
     )
 
 
@@ -309,24 +322,18 @@ def early_exit_inputs(wildcards):
     }
 
 
-def submodule_table_inputs(wildcards):
-    """Every (variant, jump layer) run, and id's and mat's prediction scores beside them."""
-    jumps = jump_layers(
-        SUBMODULES["jump_layers"],
-        SUBMODULES["jump_stride"],
-        num_layers(wildcards.model),
+def jumps_of(model):
+    """The jump layers of a model's sub-module runs."""
+    return jump_layers(
+        SUBMODULES["jump_layers"], SUBMODULES["jump_stride"], num_layers(model)
     )
-    inputs = {
-        variant: expand(
-            paths.REPLACED,
-            model=wildcards.model,
-            corpus=wildcards.corpus,
-            variant=variant,
-            jump=jumps,
-        )
-        for variant in SUBMODULES["variants"]
-    }
+
+
+def submodule_table_inputs(wildcards):
+    """Every (jump layer, variant) run, and id's and mat's prediction scores beside them."""
     return {
-        **inputs,
+        "replaced": paths.REPLACED.format(
+            model=wildcards.model, corpus=wildcards.corpus
+        ),
         **scores_of(wildcards, [m for m in ("id", "mat") if m in METHODS]),
     }

@@ -1,8 +1,7 @@
 # Linear shortcuts across sub-modules (docs/method.md): record every block part's input and
-# output, fit a map per (block, part) (one job per block), and run the model with a part
-# replaced in every block after a jump layer. Each (model, corpus, variant, jump) is its own
-# job; the states below a jump layer are computed once per jump layer and shared by the
-# variants (temporary files, removed once every variant has run).
+# output, fit a map per (block, part), and run the model with parts replaced in every block
+# after a jump layer. One replace_parts job per (model, corpus) runs every (jump layer, variant):
+# one unmodified pass gives the states at every jump layer, shared by all the runs.
 
 
 rule record_parts:
@@ -106,12 +105,11 @@ rule replace_parts:
         validation=paths.fill(paths.HIDDEN, split="validation"),
         maps=paths.PART_MAP,
     output:
-        # one table per variant, in the order of params.variants
-        expand(paths.REPLACED, variant=SUBMODULES["variants"], allow_missing=True),
+        paths.REPLACED,
     log:
-        "logs/replace_parts/{model}/{corpus}/jump_{jump}.log",
+        "logs/replace_parts/{model}/{corpus}.log",
     benchmark:
-        "benchmarks/replace_parts/{model}/{corpus}/jump_{jump}.tsv"
+        "benchmarks/replace_parts/{model}/{corpus}.tsv"
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -120,6 +118,7 @@ rule replace_parts:
         runtime=runtime("replace_parts", "validation"),
     params:
         variants={v: VARIANTS[v] for v in SUBMODULES["variants"]},
+        jumps=lambda w: jumps_of(w.model),
         sentences=config["submodules"]["sentences"],
         top_k=max(config["prediction"]["top_k"]),
         batch_size=config["batch_size"],
@@ -146,7 +145,6 @@ rule submodule_table:
     conda:
         "../envs/jtc.yaml"
     params:
-        variants=config["submodules"]["variants"],
         top_k=config["prediction"]["top_k"],
         bootstrap=config["prediction"]["bootstrap"],
         level=config["prediction"]["confidence_level"],

@@ -4,7 +4,7 @@ from jtc.stages.submodules import submodule_table
 p = snakemake.params
 with job_log(snakemake.log[0]):
     submodule_table(
-        {v: list(snakemake.input[v]) for v in p.variants},
+        snakemake.input.replaced,
         {m: snakemake.input[m] for m in ("id", "mat") if m in snakemake.input.keys()},
         snakemake.output.table,
         model=snakemake.wildcards.model,

@@ -109,12 +109,14 @@ def prediction_examples(
 
     from .. import examples
     from ..decode import top_tokens
-    from ..io import atomic_path, read_aligned, read_positions, read_table, write_table
+    from ..heads import load_decoder_head
+    from ..io import atomic_path, read_aligned, read_json, read_positions, read_table, write_table
     from ..logs import ready
     from ..maps import to_last_layer
-    from ..models import load_head
 
-    head, tokenizer, model_info = load_head(model_dir, model, threads)
+    head = load_decoder_head(model_dir, model, threads)
+    tokenizer = examples.load_tokenizer(model_dir)
+    model_info = read_json(f"{model_dir}/info.json")
     ready()
     positions, info = read_positions(val_dir)
     all_ids = positions.column("sentence_id").to_numpy()

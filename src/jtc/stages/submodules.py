@@ -90,23 +90,23 @@ def replace_parts(
     sentences: str,
     val_dir: str,
     maps: str,
-    outs: dict[str, str],
+    out: str,
     *,
     model: str,
     variants: dict[str, list[str]],
-    jump: int,
+    jumps: list[int],
     count: int | None,
     top_k: int,
     batch_size: int,
     threads: int,
     device_map: str | None = None,
 ) -> None:
-    """For one jump layer: h_jump at every position of the first `count` validation sentences,
-    from the unmodified model (only blocks 1..jump run), then for each variant blocks
-    jump+1..L run from those states with the variant's parts replaced by their maps; the final
-    states are decoded and scored against the unmodified model's prediction
-    (decode_predictions' columns, method = variant, layer = jump), into outs[variant]. The
-    prefix runs once for every variant, and stays in float32 whatever storage_dtype says."""
+    """For every jump layer l in `jumps`: h_l at every position of the first `count` validation
+    sentences, from one pass of the unmodified model (blocks 1..max(jumps)); then for each
+    variant, blocks l+1..L run from those states with the variant's parts replaced by their
+    maps, and the final states are decoded and scored against the unmodified model's
+    prediction. One table into `out`: decode_predictions' columns, method = variant, layer = l.
+    The states below the jump layers stay in float32 whatever storage_dtype says."""
     import time
 
     import numpy as np
@@ -131,6 +131,7 @@ def replace_parts(
     chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
     ids = chosen.column("sentence_id").to_numpy()
     positions = chosen.column("position").to_numpy()
+    gold = chosen.column("gold_id").to_numpy()
     text = read_table(sentences, ["sentence_id", "text"])
     rows = pc.index_in(pa.array(ids), text.column("sentence_id"))
     if rows.null_count:
@@ -143,38 +144,47 @@ def replace_parts(
     ):
         raise CorruptFileError(f"{val_dir}: its positions differ from {sentences} tokenised again")
     started = time.perf_counter()
-    prefix = prefix_states(net, adapter, prepared.inputs, jump, batch_size, pad_token_id(tokenizer))
-    log.info("blocks 1..%d: %.2f s", jump, time.perf_counter() - started)
+    prefixes = prefix_states(
+        net, adapter, prepared.inputs, jumps, batch_size, pad_token_id(tokenizer)
+    )
+    log.info("blocks 1..%d: %.2f s", max(jumps), time.perf_counter() - started)
     all_ids = validation.column("sentence_id").to_numpy()
     final = read_aligned(val_dir, val_info["num_layers"], all_ids, np.float32)[: len(ids)]
     reference = final_reference(head, final, top_k)
     part_maps = load_part_maps(maps)
-    for variant, parts in variants.items():
-        replaced = {k: m for k, m in part_maps.items() if k[1] in parts}
-        started = time.perf_counter()
-        states = replaced_final_states(net, adapter, prefix, positions, jump, replaced, batch_size)
-        forward = time.perf_counter() - started
-        scores = score(head, reference, states, chosen.column("gold_id").to_numpy())
-        log.info(
-            "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
-            variant,
-            jump,
-            np.mean(scores["final_rank"] == 1),
-            forward,
-        )
-        diverged = int((scores["top1_id"] < 0).sum())
-        if diverged:
-            log.warning(
-                "%s: %d of %d runs overflowed (inf or NaN): counted as misses",
-                variant,
-                diverged,
-                len(ids),
+    tables = []
+    for jump in sorted(set(jumps)):
+        for variant, parts in variants.items():
+            replaced = {k: m for k, m in part_maps.items() if k[1] in parts}
+            started = time.perf_counter()
+            states = replaced_final_states(
+                net, adapter, prefixes[jump], positions, jump, replaced, batch_size
             )
-        write_table(score_table(variant, jump, ids, scores), outs[variant])
+            forward = time.perf_counter() - started
+            scores = score(head, reference, states, gold)
+            log.info(
+                "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
+                variant,
+                jump,
+                np.mean(scores["final_rank"] == 1),
+                forward,
+            )
+            diverged = int((scores["top1_id"] < 0).sum())
+            if diverged:
+                log.warning(
+                    "%s, jump %d: %d of %d runs overflowed (inf or NaN): counted as misses",
+                    variant,
+                    jump,
+                    diverged,
+                    len(ids),
+                )
+            tables.append(score_table(variant, jump, ids, scores))
+        del prefixes[jump]  # memory: this jump layer's states are done with
+    write_table(pa.concat_tables(tables), out)
 
 
 def submodule_table(
-    score_files: dict[str, list[str]],
+    replaced: str,
     prediction_files: dict[str, str],
     out: str,
     *,
@@ -195,8 +205,10 @@ def submodule_table(
     from ..prediction import prediction_summary
 
     ready()
+    runs = read_table(replaced)
     scores = {
-        v: pa.concat_tables([read_table(f) for f in files]) for v, files in score_files.items()
+        v: runs.filter(pc.equal(runs.column("method"), v))
+        for v in dict.fromkeys(runs.column("method").to_pylist())
     }
     evaluated = pa.array(next(iter(scores.values())).column("sentence_id").unique())
     for method, path in prediction_files.items():
