@@ -23,7 +23,7 @@ def rule_blocks():
     blocks = {}
     for path in sorted(RULES.glob("*.smk")):
         text = path.read_text()
-        starts = list(re.finditer(r"^(?:rule|checkpoint) (\w+):", text, re.M))
+        starts = list(re.finditer(r"^ *(?:rule|checkpoint) (\w+):", text, re.M))
         for i, match in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
             body = text[match.start() : end]
@@ -57,10 +57,21 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         modules = closure(rule)
         assert "jtc.plots" in modules, rule
         assert not modules & {"jtc.fit", "jtc.train", "jtc.extract", "jtc.decode"}, rule
-    assert {"jtc.fit", "jtc.maps", "jtc.io", "jtc.logs", "jtc.stages.fit"} <= closure("fit_map")
-    assert not closure("fit_map") & {"jtc.plots", "jtc.train", "jtc.extract", "jtc.models"}
-    # the trained methods: their target rule (methods) and the head (models) are tracked
-    assert {"jtc.train", "jtc.methods", "jtc.models", "jtc.decode"} <= closure("train_map")
+    # every method fitted from the states alone: closed form (fit) and trained by MSE (train)
+    fit = {
+        "jtc.fit",
+        "jtc.train",
+        "jtc.methods",
+        "jtc.maps",
+        "jtc.io",
+        "jtc.logs",
+        "jtc.stages.fit",
+    }
+    assert fit <= closure("fit_map")
+    assert not closure("fit_map") & {"jtc.plots", "jtc.extract", "jtc.models", "jtc.heads"}
+    # trained through the head: its target rule (methods) and the head (heads, models) tracked
+    head = {"jtc.train", "jtc.methods", "jtc.heads", "jtc.models", "jtc.decode"}
+    assert head <= closure("train_map")
     # (and the closed-form fit its maps start from)
     assert "jtc.fit" in closure("train_map") and "jtc.plots" not in closure("train_map")
     assert {"jtc.models", "jtc.sources", "jtc.adapters"} <= closure("resolve_model")

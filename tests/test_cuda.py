@@ -44,7 +44,7 @@ from jtc.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part
 from jtc.models import cache_model, load_cached, model_info
 from jtc.parts import VARIANTS
 from jtc.replace import prefix_states, replaced_final_states
-from jtc.stages.fit import train_map
+from jtc.stages.fit import fit_map, train_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions
 from jtc.stages.submodules import record_parts, replace_parts
@@ -534,9 +534,9 @@ def full_loss(work, kind, method, maps: dict[int, ShortcutMap]) -> dict[int, flo
     ],
 )
 def test_training_jobs_on_the_device(project, kind, method, tmp_path):
-    """train_map as a job on the device trains there (the map module, the states and, for the
-    tuned lens, the model's head) and gives finite maps of the CPU job's shapes whose loss is
-    no worse than a loose bound over the CPU job's."""
+    """train_map (the tuned lens) and fit_map (NJTC, N-NJTC) as jobs on the device train there
+    (the map module, the states and, for the tuned lens, the model's head) and give finite maps
+    of the CPU job's shapes whose loss is no worse than a loose bound over the CPU job's."""
     work = project(kind)
     settings = {
         "rank": None,
@@ -550,17 +550,28 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
     for name, device in JOBS:
         out = tmp_path / f"{name}.safetensors"
         with job_on(device) as seen:
-            train_map(
-                str(work / "val"),
-                str(out),
-                model_dir=str(work / "m"),
-                method=method,
-                settings=settings,
-                seed=0,
-                model=kind,
-                corpus="c",
-                threads=1,
-            )
+            if method == "tuned_lens":
+                train_map(
+                    str(work / "val"),
+                    str(out),
+                    model_dir=str(work / "m"),
+                    method=method,
+                    settings=settings,
+                    seed=0,
+                    model=kind,
+                    corpus="c",
+                    threads=1,
+                )
+            else:  # trained from the states alone: in the fit_map job
+                fit_map(
+                    str(work / "val"),
+                    {method: str(out)},
+                    settings={method: settings},
+                    seed=0,
+                    model=kind,
+                    corpus="c",
+                    threads=1,
+                )
         assert seen == {device.type}, name
         trained[name] = load_maps(out, 0), read_metadata(out)["training"]
     (maps, summary), (maps_cpu, summary_cpu) = trained["device"], trained["cpu"]

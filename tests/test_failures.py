@@ -51,7 +51,15 @@ def test_damaged_state_file_is_named_and_nothing_is_built(tmp_path, damage):
         read_states(train, 1)
     out = tmp_path / "maps" / "mat.safetensors"
     with pytest.raises(CorruptFileError, match=re.escape(str(path))):
-        fit_map(str(train), str(out), method="mat", settings={}, model="m", corpus="c", threads=1)
+        fit_map(
+            str(train),
+            {"mat": str(out)},
+            settings={"mat": {}},
+            seed=0,
+            model="m",
+            corpus="c",
+            threads=1,
+        )
     assert not out.exists() and list(out.parent.glob("*")) == []
 
 

@@ -25,6 +25,7 @@ TARGETS = [
 GPU_RULES = (
     "extract_hidden",
     "decode_predictions",
+    "fit_map",
     "train_map",
     "record_parts",
     "replace_parts",

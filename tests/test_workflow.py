@@ -162,9 +162,10 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     config["training"] = {m: {"max_epochs": 3, "batch_size": 8} for m in TRAINED}
     write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
-    # one job per method; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto),
-    # the tuned lens the pairs into the last
-    assert ran["train_map"] == 3 and ran["fit_map"] == 2
+    # one fit_map job for every method fitted from the states, one train_map job for the tuned
+    # lens; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto), the tuned lens
+    # the pairs into the last
+    assert ran["fit_map"] == 1 and ran["train_map"] == 1
     metrics = tmp_path / "results/metrics/gpt/mini"
     r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
     pairs = {
@@ -189,11 +190,12 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert counts["tuned_lens"]["parameters"] == 16 * 16 + 16
     assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
-    # one method's training setting: that method's maps and what reads them, nothing else
+    # one method's training setting: its fit_map job and what reads the maps, nothing else
+    # (not the tuned lens)
     config["training"]["njtc"]["learning_rate"] = 0.02
     write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all")) == {
-        "train_map": 1,
+        "fit_map": 1,
         "r2_table": 1,
         "plot_r2": 1,
         "parameter_table": 1,
@@ -206,19 +208,25 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
         "all": 1,
     }
 
-    # NJTC's pairs are rrr's too (unless training.rrr sets its own): both refit, nothing else
+    # NJTC's pairs are rrr's too, unless training.rrr sets its own
+    def pairs_of(method):
+        r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
+        return {(r["source_layer"], r["target_layer"]) for r in r2 if r["method"] == method}
+
     config["training"]["njtc"]["targets"] = "last"
     write_config(tmp_path, config)
-    plan = run_snakemake(tmp_path, "all", "-n")
-    assert rules_run(plan)["train_map"] == 1 and rules_run(plan)["fit_map"] == 1
-    assert planned(plan, "method") == {"njtc", "rrr"}
-    config["training"]["rrr"] = {"targets": "auto"}  # its own: what it was
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    assert ran["fit_map"] == 1 and "train_map" not in ran
+    assert pairs_of("njtc") == pairs_of("rrr") == {(0, 2), (1, 2)}
+    assert pairs_of("nnjtc") == {(0, 1), (0, 2), (1, 2)}
+    config["training"]["rrr"] = {"targets": "auto"}  # its own: every pair, as before
     write_config(tmp_path, config)
-    plan = run_snakemake(tmp_path, "all", "-n")
-    assert "fit_map" not in rules_run(plan) and planned(plan, "method") == {"njtc"}
+    run_snakemake(tmp_path, "all")
+    assert pairs_of("njtc") == {(0, 2), (1, 2)} and pairs_of("rrr") == {(0, 1), (0, 2), (1, 2)}
     config["training"]["njtc"].pop("targets")
     config["training"].pop("rrr")
     write_config(tmp_path, config)
+    run_snakemake(tmp_path, "all")
     assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {}
 
     # same seed, same maps, bit for bit
@@ -440,8 +448,10 @@ def test_config_on_the_command_line_still_overrides_the_configfile(tiny_run, tmp
     assert planned(seeded, "model") == {"gpt", "bert"} and planned(seeded, "corpus") == {"mini"}
     # a list value: a method added, for the config file's models only
     more = run_snakemake(work, "all", "-n", "--config", "methods=[id, mat, njtc]")
-    assert rules_run(more)["train_map"] == 2  # one for each of the 2 models
-    assert planned(more, "method") >= {"njtc"} and planned(more, "model") == {"gpt", "bert"}
+    assert rules_run(more)["fit_map"] == 2  # one for each of the 2 models: mat and njtc
+    assert planned(more, "model") == {"gpt", "bert"}
+    listed = more.stdout + more.stderr
+    assert all(f"results/maps/{m}/mini/njtc.safetensors" in listed for m in ("gpt", "bert"))
     # and it is checked like the file: a bad value is named by its key
     bad = run_snakemake(work, "all", "-n", "--config", "seed=-1", check=False)
     out = bad.stdout + bad.stderr  # (a dry run reports the error on stdout)

@@ -1,9 +1,10 @@
 """The shortcut methods: what each needs and which layer pairs it fits (torch-free, for planning).
 
 Every method but id stores its maps the same way (jtc.maps), one file per model, corpus and
-method, so the stages that use maps need no method-specific code. Only the fitting stages differ:
-mat and rrr are solved in closed form (jtc.fit, rule fit_map), the others are trained (jtc.train,
-rule train_map).
+method, so the stages that use maps need no method-specific code. Only the fitting differs: mat
+and rrr are solved in closed form (jtc.fit), the others are trained (jtc.train); every method
+that needs the training states alone is fitted by rule fit_map, one job per (model, corpus),
+and the tuned lens, trained through the model's head, by rule train_map.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ AUTO_ALL_PAIRS_MAX_LAYERS = 12  # targets "auto": every pair up to this depth, e
 class Method:
     name: str
     summary: str
-    trained: bool = False  # by gradient descent (rule train_map); else closed form (fit_map)
+    trained: bool = False  # by gradient descent (jtc.train); else closed form (jtc.fit)
     needs_head: bool = False  # trained through the model's decoder head
     last_only: bool = False  # maps into the last layer only
     defaults: dict[str, Any] = field(default_factory=dict)  # config training.<name>

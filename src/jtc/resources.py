@@ -108,8 +108,10 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = forward * (1 + s.runs / 2) + s.runs * 4 * s.rows * s.width * s.vocab
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
-    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target
+    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target;
+        # and the low-rank methods' epochs (theirs added up), a pair per source layer
         flop = s.rows * s.width**2 * (s.layers + 2) ** 2
+        flop += s.layers * epochs * s.rows * s.width * 8 * s.width
     elif stage == "train_map":  # per source, the tuned lens: 4 vocabulary products per row/epoch
         flop = s.layers * epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
     elif stage == "r2_table":

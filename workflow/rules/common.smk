@@ -86,8 +86,10 @@ MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
 METHODS = list(config["methods"])
 MAP_METHODS = [m for m in METHODS if m != "id"]
-TRAINED_METHODS = [m for m in METHODS if METHOD_SPECS[m].trained]
-CLOSED_FORM_METHODS = [m for m in MAP_METHODS if m not in TRAINED_METHODS]
+# fitted from the training states alone, one fit_map job per (model, corpus) for all of them;
+# trained through the model's decoder head, one train_map job per (model, corpus, method)
+STATE_METHODS = [m for m in MAP_METHODS if not METHOD_SPECS[m].needs_head]
+HEAD_METHODS = [m for m in MAP_METHODS if METHOD_SPECS[m].needs_head]
 PREDICTING = [m for m in MODELS if config["models"][m]["predict"]]
 SUBMODULES = config["submodules"]
 SUBMODULE_CORPORA = SUBMODULES["corpora"] or CORPORA
@@ -122,12 +124,12 @@ def _shape(wildcards, split):
 
 
 def _epochs(wildcards):
-    """Epochs of a trained method's job (training.<method> is always filled in); else 1."""
-    return (
-        config["training"]
-        .get(getattr(wildcards, "method", None), {})
-        .get("max_epochs", 1)
-    )
+    """Epochs of a train_map job's method, or those of every trained method of a fit_map job
+    (training.<method> is always filled in); at least 1."""
+    method = getattr(wildcards, "method", None)
+    methods = [method] if method else STATE_METHODS
+    epochs = [config["training"].get(m, {}).get("max_epochs", 0) for m in methods]
+    return max(1, sum(epochs))
 
 
 def _stage_shape(stage, wildcards, split):
@@ -253,16 +255,18 @@ def corpus_inputs(wildcards):
     return {}
 
 
+def fit_inputs(wildcards):
+    """The training states; the model is checked first (e.g. a rank above its width)."""
+    checked_model_dir(wildcards.model)
+    return {"train": hidden(wildcards, "train")}
+
+
 def train_inputs(wildcards):
-    """The training states; the cached model too for a method trained through the head. The
-    model is checked in both cases (e.g. a rank above its width), before any training runs.
-    """
-    needs_head = METHOD_SPECS[wildcards.method].needs_head
-    model = checked_model_dir(wildcards.model, predict=needs_head)
-    inputs = {"train": hidden(wildcards, "train")}
-    if needs_head:
-        inputs["model"] = model
-    return inputs
+    """The training states and the cached model, checked for a decoder head."""
+    return {
+        "train": hidden(wildcards, "train"),
+        "model": checked_model_dir(wildcards.model, predict=True),
+    }
 
 
 def fitted_maps(wildcards):

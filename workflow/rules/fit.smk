@@ -1,25 +1,33 @@
-rule fit_map:
-    input:
-        paths.fill(paths.HIDDEN, split="train"),
-    output:
-        paths.MAP,
-    log:
-        "logs/fit_map/{model}/{corpus}/{method}.log",
-    benchmark:
-        "benchmarks/fit_map/{model}/{corpus}/{method}.tsv"
-    wildcard_constraints:
-        method=_alternatives(CLOSED_FORM_METHODS),
-    conda:
-        "../envs/jtc.yaml"
-    threads: config["threads"]
-    resources:
-        mem_mb=mem_mb("fit_map"),
-        runtime=runtime("fit_map"),
-    params:
-        settings=lambda w: config["training"].get(w.method, {}),
-        code=code_hash("fit_map"),
-    script:
-        "../scripts/fit_map.py"
+# The shortcut maps, one file per (model, corpus, method). fit_map fits every method that needs
+# the training states alone (mat and rrr in closed form, NJTC and N-NJTC by gradient descent)
+# in one job per (model, corpus), reading the states once; train_map trains a method through
+# the model's decoder head (the tuned lens), one job per (model, corpus, method).
+
+
+if STATE_METHODS:
+
+    rule fit_map:
+        input:
+            unpack(fit_inputs),
+        output:
+            # one file per method, in the order of params.settings
+            expand(paths.MAP, method=STATE_METHODS, allow_missing=True),
+        log:
+            "logs/fit_map/{model}/{corpus}.log",
+        benchmark:
+            "benchmarks/fit_map/{model}/{corpus}.tsv"
+        conda:
+            "../envs/jtc.yaml"
+        threads: config["threads"]
+        resources:
+            mem_mb=mem_mb("fit_map"),
+            runtime=runtime("fit_map"),
+        params:
+            settings={m: config["training"].get(m, {}) for m in STATE_METHODS},
+            seed=config["seed"],
+            code=code_hash("fit_map"),
+        script:
+            "../scripts/fit_map.py"
 
 
 rule train_map:
@@ -32,7 +40,7 @@ rule train_map:
     benchmark:
         "benchmarks/train_map/{model}/{corpus}/{method}.tsv"
     wildcard_constraints:
-        method=_alternatives(TRAINED_METHODS),
+        method=_alternatives(HEAD_METHODS),
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]

@@ -1,12 +1,13 @@
 from jtc.logs import job_log
 from jtc.stages.fit import fit_map
 
+p = snakemake.params
 with job_log(snakemake.log[0]):
     fit_map(
-        snakemake.input[0],
-        snakemake.output[0],
-        method=snakemake.wildcards.method,
-        settings=dict(snakemake.params.settings),
+        snakemake.input.train,
+        dict(zip(p.settings, snakemake.output, strict=True)),
+        settings={m: dict(s) for m, s in p.settings.items()},
+        seed=p.seed,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
         threads=snakemake.threads,

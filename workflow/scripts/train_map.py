@@ -6,7 +6,7 @@ with job_log(snakemake.log[0]):
     train_map(
         snakemake.input.train,
         snakemake.output[0],
-        model_dir=snakemake.input.get("model"),
+        model_dir=snakemake.input.model,
         method=snakemake.wildcards.method,
         settings=dict(p.settings),
         seed=p.seed,

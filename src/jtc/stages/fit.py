@@ -21,30 +21,46 @@ def _all_layers(train_dir: str) -> tuple[list, int]:
 
 def fit_map(
     train_dir: str,
-    out: str,
+    outs: dict[str, str],
     *,
-    method: str,
-    settings: dict,
+    settings: dict[str, dict],
+    seed: int,
     model: str,
     corpus: str,
     threads: int,
 ) -> None:
-    """A closed-form method's maps from every source layer, on the training states (on the GPU
-    when the job has one): mat, least squares without intercept into every later layer; rrr,
-    its rank-r truncation in the metric of the source states, into the layers NJTC fits."""
+    """The maps of every method fitted from the training states alone (outs: method -> file),
+    from every source layer, the states read once: mat and rrr in closed form (_closed_form),
+    NJTC and N-NJTC trained by gradient descent (_trained). On the GPU when the job has one;
+    torch is imported only when a trained method is asked for."""
+    from ..logs import ready
+    from ..methods import METHODS
+
+    states, last = _all_layers(train_dir)
+    ready()
+    for method, out in outs.items():
+        meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+        if METHODS[method].trained:
+            _trained(states, last, out, meta, settings[method], seed, threads)
+        else:
+            _closed_form(states, last, out, meta, settings[method], threads)
+
+
+def _closed_form(
+    states: list, last: int, out: str, meta: dict, settings: dict, threads: int
+) -> None:
+    """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
+    in the metric of the source states, into the layers NJTC fits."""
     from threadpoolctl import threadpool_limits
 
     from ..devices import linalg_device
     from ..fit import fit_source, fit_source_reduced_rank
-    from ..logs import ready
     from ..maps import MapWriter
     from ..methods import fitted_targets, rank_of
 
-    states, last = _all_layers(train_dir)
-    ready()
+    method = meta["method"]
     device = linalg_device()
     solvers = {}
-    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
     if method == "rrr":
         meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings["targets"])
     with MapWriter(out, meta) as maps, threadpool_limits(threads):
@@ -66,7 +82,7 @@ def train_map(
     train_dir: str,
     out: str,
     *,
-    model_dir: str | None,
+    model_dir: str,
     method: str,
     settings: dict,
     seed: int,
@@ -74,13 +90,33 @@ def train_map(
     corpus: str,
     threads: int,
 ) -> None:
+    """A method trained through the cached model's decoder head (the tuned lens): its maps from
+    every source layer into the last, on a GPU if the job has one."""
+    from ..heads import load_decoder_head
+    from ..logs import ready
+
+    states, last = _all_layers(train_dir)
+    head = load_decoder_head(model_dir, model, threads)
+    ready()
+    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+    _trained(states, last, out, meta, settings, seed, threads, head)
+
+
+def _trained(
+    states: list,
+    last: int,
+    out: str,
+    meta: dict,
+    settings: dict,
+    seed: int,
+    threads: int,
+    head=None,
+) -> None:
     """Train a method's maps from every source layer to the target layers its settings ask for
     (jtc.methods.fitted_targets), each pair from its own seed (so a map does not depend on which
-    others the job trains), on a GPU if the job has one; the tuned lens trains through the
-    cached model's decoder head."""
+    others the job trains): by MSE (NJTC, N-NJTC), or by KL through `head` (the tuned lens)."""
     import torch
 
-    from ..logs import ready
     from ..maps import MapWriter
     from ..methods import fitted_targets, rank_of
     from ..train import (
@@ -92,19 +128,10 @@ def train_map(
     )
 
     torch.set_num_threads(threads)
-    states, last = _all_layers(train_dir)
+    method = meta["method"]
     training = TrainSettings.from_config(settings)
-    head = None
-    if method == "tuned_lens":
-        if model_dir is None:
-            raise ValueError("the tuned lens is trained through the model's head: no model given")
-        from ..heads import load_decoder_head
-
-        head = load_decoder_head(model_dir, model, threads)
-    ready()
     # the tuned lens's final prediction: decoded once for every source layer
     reference = None if head is None else lens_reference(head, states[last])
-    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
     meta.update(seed=seed, settings=settings)
     summaries = {}
     with MapWriter(out, meta) as maps:
