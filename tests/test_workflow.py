@@ -5,6 +5,7 @@ how a config given with --configfile replaces the default one, and the smoke exp
 The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
 reruns in its own copy (harness.copy_run)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,13 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
     workdir = tiny_run
     ran = rules_run(tiny_first_run)
     assert ran["fit_map"] == 2 and ran["extract_hidden"] == 4 and ran["r2_table"] == 2
+    # job logs read as text: the job's own progress lines, no carriage-return progress bars
+    log = (workdir / "logs/extract_hidden/gpt/mini/train.log").read_text()
+    assert "\r" not in log and "Loading weights" not in log
+    assert re.search(r"extract: (\d+)/\1 sentences \(100%\)", log)
+    # the run ends by saying where its results are and how to get the report
+    assert "jtc: done. Tables: results/metrics/" in tiny_first_run.stderr
+    assert "--report results/report.html" in tiny_first_run.stderr
     assert ran["decode_predictions"] == 2 and ran["prediction_table"] == 2  # every method in one
     assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
     assert ran["early_exit"] == 2 and ran["plot_early_exit"] == 2

@@ -15,6 +15,7 @@ lens.figure("The river flows into the", "lens.png")      # layer × token heatma
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,65 @@ class ShortcutMismatch(ValueError):
     """Shortcuts applied to a model (or states) they were not fitted for."""
 
 
+def _names(folder: Path, suffix: str | None = None) -> str:
+    """What a results folder holds: its sub-folders, or its files ending in `suffix` (without
+    it), for an error message."""
+    if not folder.is_dir():
+        return "none"
+    if suffix is None:
+        found = [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    else:
+        found = [p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")]
+    return ", ".join(sorted(found)) or "none"
+
+
+def results_problem(results: str | Path, model: str, corpus: str, method: str) -> str | None:
+    """Why a results folder has no maps of a known `method` for `model` on `corpus`, naming
+    what it has instead."""
+    from .methods import METHODS
+
+    results = Path(results)
+    if not results.is_dir():
+        return (
+            f"no results folder {results}: run the workflow first, or give the folder it wrote "
+            f"(--results)"
+        )
+    model_dir = paths.under(results, paths.MODEL, model=model)
+    if not (model_dir / "info.json").is_file():
+        return f"no model '{model}' in {results} (models there: {_names(model_dir.parent)})"
+    if method == "id":  # the identity: no maps, any corpus
+        return None
+    path = paths.under(results, paths.MAP, model=model, corpus=corpus, method=method)
+    if not path.parent.is_dir():
+        return (
+            f"no maps of model '{model}' on corpus '{corpus}' in {results} (corpora with maps: "
+            f"{_names(path.parent.parent)})"
+        )
+    if not path.is_file():
+        fitted = ", ".join(
+            n for n in _names(path.parent, ".safetensors").split(", ") if n in METHODS
+        )
+        return (
+            f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' (fitted there: "
+            f"{fitted or 'none'}); add '{method}' to the config's methods and rerun the workflow"
+        )
+    return None
+
+
+def shareable_source(source: str | None) -> str | None:
+    """A model source fit to share, without the exporting machine's folders: a local path cut
+    to its last component, a package path to what follows site-packages (the package's own
+    path); a hub id as it is."""
+    match = re.fullmatch(r"(local|package) '(.*)'", source or "")
+    if match is None:
+        return source
+    kind, where = match.groups()
+    if kind == "package":
+        inside = re.split(r"[/\\](?:site|dist)-packages[/\\]", where)
+        return f"package '{inside[-1] if len(inside) > 1 else Path(where).name}'"
+    return f"local '{Path(where).name}'"
+
+
 @dataclass
 class Shortcuts:
     """One method's maps from every layer l to every later layer, for one model and corpus.
@@ -68,7 +128,15 @@ class Shortcuts:
     def from_results(
         cls, results: str | Path, model: str, corpus: str, method: str = "mat"
     ) -> Shortcuts:
-        """The maps a workflow run fitted, from its results folder."""
+        """The maps a workflow run fitted, from its results folder; an error names what the
+        folder holds when it lacks them."""
+        from .methods import METHODS
+
+        if method not in METHODS:
+            raise ValueError(f"unknown method '{method}': one of {', '.join(METHODS)}")
+        problem = results_problem(results, model, corpus, method)
+        if problem:
+            raise FileNotFoundError(problem)
         info = read_json(paths.under(results, paths.MODEL, model=model) / "info.json")
         description = {
             "model": model,
@@ -81,13 +149,9 @@ class Shortcuts:
         }
         if method == "id":
             return cls(description)
-        path = paths.under(results, paths.MAP, model=model, corpus=corpus, method=method)
-        if not path.exists():
-            raise FileNotFoundError(
-                f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' ({path} "
-                f"is missing); run the workflow for it first"
-            )
-        return cls(description, path)
+        return cls(
+            description, paths.under(results, paths.MAP, model=model, corpus=corpus, method=method)
+        )
 
     @classmethod
     def load(cls, folder: str | Path) -> Shortcuts:
@@ -151,18 +215,31 @@ class Shortcuts:
                     f"given has {key} {info[key]}"
                 )
 
-    def export(self, folder: str | Path, results: str | Path | None = None) -> Path:
+    def export(
+        self, folder: str | Path, results: str | Path | None = None, force: bool = False
+    ) -> Path:
         """Write the maps and a description.json (model, corpus, layers, method, fit statistics,
-        versions) to `folder`; `results` adds the r² of every pair from the run's r² table."""
+        versions; a local model folder by its name only) to `folder`, which must be new or
+        empty unless `force`; `results` adds the r² of every pair from the run's r² table. The
+        identity (id) has no maps to export."""
         import torch
         import transformers
 
         from . import __version__
 
-        statistics: dict[str, Any] = {}
-        if self.path is not None:
-            meta = read_metadata(self.path)
-            statistics = {k: meta[k] for k in ("n_train", "solvers", "rank") if k in meta}
+        folder = Path(folder)
+        if self.path is None:
+            raise ValueError(
+                f"'{self.method}' is the identity: it has no maps to export (each layer's state "
+                f"is used as it is)"
+            )
+        if folder.exists() and not force and (not folder.is_dir() or any(folder.iterdir())):
+            raise FileExistsError(
+                f"{folder} exists and is not empty: export to a new folder, or replace it "
+                f"(--force; force=True)"
+            )
+        meta = read_metadata(self.path)
+        statistics = {k: meta[k] for k in ("n_train", "solvers", "rank") if k in meta}
         if results is not None:
             r2_path = paths.under(
                 results,
@@ -179,6 +256,7 @@ class Shortcuts:
                 }
         description = {
             **self.description,
+            "model_source": shareable_source(self.description.get("model_source")),
             "format": EXPORT_FORMAT,
             "convention": f"{MAP_NAME}: maps from_{{l}}.to_{{l'}}.* for l < l'; see jtc.maps",
             "fit_statistics": statistics,
@@ -188,10 +266,8 @@ class Shortcuts:
                 "transformers": transformers.__version__,
             },
         }
-        folder = Path(folder)
         with atomic_dir(folder) as tmp:
-            if self.path is not None:
-                shutil.copyfile(self.path, tmp / MAP_NAME)
+            shutil.copyfile(self.path, tmp / MAP_NAME)
             (tmp / "description.json").write_text(
                 json.dumps(description, indent=2, sort_keys=True) + "\n"
             )
@@ -222,8 +298,9 @@ class Lens:
     ) -> Lens:
         from .models import load_cached
 
-        net, tokenizer, info = load_cached(paths.under(results, paths.MODEL, model=model))
+        # the shortcuts first: a missing model, corpus or method is named with what exists
         shortcuts = [Shortcuts.from_results(results, model, corpus, m) for m in methods]
+        net, tokenizer, info = load_cached(paths.under(results, paths.MODEL, model=model))
         return cls(net, tokenizer, info, shortcuts)
 
     def hidden_states(self, text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -12,13 +12,19 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jtc", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="jtc", description=__doc__.splitlines()[0], formatter_class=defaults
+    )
+    parser.add_argument("--version", action="version", version=f"jtc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("lens", "a layer × token heatmap of each method's top-1 prediction on new text"),
         ("export", "copy one method's fitted maps with a description.json, to share or reload"),
     ):
-        sub = commands.add_parser(name, help=text, description=text)
+        sub = commands.add_parser(name, help=text, description=text, formatter_class=defaults)
         sub.add_argument("--results", default="results", help="the workflow's results folder")
         sub.add_argument("--model", required=True, help="model name in the workflow config")
         sub.add_argument("--corpus", required=True, help="corpus the maps were fitted on")
@@ -28,8 +34,11 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--out", default="lens.png", help="figure (.png or .pdf)")
             sub.add_argument("--top", type=int, default=5, help="also print the top-k per layer")
         else:
-            sub.add_argument("--method", default="mat")
-            sub.add_argument("--out", required=True, help="folder to write")
+            sub.add_argument("--method", default="mat", help="a fitted method (not id)")
+            sub.add_argument("--out", required=True, help="folder to write, new or empty")
+            sub.add_argument(
+                "--force", action="store_true", help="replace --out even if it holds files"
+            )
     return parser
 
 
@@ -40,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "export":
             folder = Shortcuts.from_results(args.results, args.model, args.corpus, args.method)
-            print(folder.export(args.out, results=args.results))
+            print(folder.export(args.out, results=args.results, force=args.force))
             return 0
         lens = Lens.from_results(args.results, args.model, args.corpus, tuple(args.methods))
         lens.figure(args.text, args.out)
         table = lens.predictions(args.text, k=args.top).to_pylist()
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
+    except (OSError, ValueError, RuntimeError) as err:
         print(f"jtc {args.command}: {err}", file=sys.stderr)
         return 2
     last = max(r["position"] for r in table)

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from .adapters import Adapter, Part, get_adapter, part_adapter
 from .io import StateWriter, layer_file, part_file, write_json, write_table
+from .logs import Progress
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def run_states(
     positions: np.ndarray,
     batch_size: int,
     pad_id: int,
-    progress: tqdm | None = None,
+    progress: Progress | None = None,
     recorder: Recorder | None = None,
     before_batch: Callable[[np.ndarray], None] | None = None,
 ) -> np.ndarray:
@@ -301,24 +301,24 @@ def extract(
     pad_id = pad_token_id(tokenizer)
     writers = [StateWriter(path, width, dtype, rows_per_group) for path in files]
     n = len(prepared.inputs)
-    with tqdm(total=n, desc="extract", unit="sent", mininterval=5.0) as progress:
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            blocks = adapter.blocks(model)
-            states = run_states(
-                model,
-                adapter,
-                prepared.inputs[start:stop],
-                prepared.positions[start:stop],
-                batch_size,
-                pad_id,
-                progress,
-                PartRecorder(blocks, adapter.parts) if parts else StateRecorder(blocks),
+    progress = Progress(n, "extract", "sentences")
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        blocks = adapter.blocks(model)
+        states = run_states(
+            model,
+            adapter,
+            prepared.inputs[start:stop],
+            prepared.positions[start:stop],
+            batch_size,
+            pad_id,
+            progress,
+            PartRecorder(blocks, adapter.parts) if parts else StateRecorder(blocks),
+        )
+        for site, writer in enumerate(writers):
+            writer.write(
+                prepared.sentence_ids[start:stop], prepared.positions[start:stop], states[site]
             )
-            for site, writer in enumerate(writers):
-                writer.write(
-                    prepared.sentence_ids[start:stop], prepared.positions[start:stop], states[site]
-                )
     for writer in writers:
         writer.close()
     write_table(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -13,6 +14,35 @@ from collections.abc import Iterator
 READY = "ready after %.3f CPU-s (interpreter, imports, loading)"
 CPU = "job CPU %.3f s"
 _ready_at: list[float] = []
+
+
+class Progress:
+    """Progress of a long loop as plain log lines, for a log file (no carriage returns): how far,
+    how long so far and about how long is left, at most one line every `every` seconds, and one
+    at the end."""
+
+    def __init__(self, total: int, what: str, unit: str, every: float = 30.0):
+        self.total, self.what, self.unit, self.every = total, what, unit, every
+        self.done = 0
+        self.started = self.logged = time.perf_counter()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if self.done >= self.total or now - self.logged >= self.every:
+            self.logged = now
+            elapsed = now - self.started
+            left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+            logging.getLogger("jtc").info(
+                "%s: %d/%d %s (%.0f%%), %.0f s, about %.0f s left",
+                self.what,
+                self.done,
+                self.total,
+                self.unit,
+                100 * self.done / max(1, self.total),
+                elapsed,
+                left,
+            )
 
 
 def ready() -> None:
@@ -25,7 +55,10 @@ def ready() -> None:
 
 @contextlib.contextmanager
 def job_log(path: str | None) -> Iterator[None]:
-    """Send logging records and stderr (progress bars, warnings) to `path` for the block."""
+    """Send logging records and stderr (warnings) to `path` for the block. Third-party
+    progress bars (transformers' weight loading and GGUF conversion) are switched off: in a log
+    file they are carriage-return noise; jobs log their own progress (Progress)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if not path:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         yield

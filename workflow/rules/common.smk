@@ -18,6 +18,7 @@ from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
 from jtc.planning import checked_config, resolved_problem
 from jtc.resources import Shape, memory_mb, runtime_minutes
+from jtc.summary import run_summary
 from jtc.tracking import code_hash as _code_hash
 
 try:
@@ -76,6 +77,7 @@ onstart:
 
 onsuccess:
     KEEPER.drop()
+    print(run_summary(paths.RESULTS, MODELS, CORPORA), file=sys.stderr)
 
 
 onerror:
