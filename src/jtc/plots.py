@@ -33,8 +33,48 @@ COLORBLIND = (
 )
 
 
-def _palette(names: list[str]) -> dict[str, str]:
-    return {name: COLORBLIND[i % len(COLORBLIND)] for i, name in enumerate(names)}
+# every method and sub-module variant drawn the same way in every figure: a colour, a marker and
+# a line style, so that methods stay apart in print, in grey and where lines coincide
+STYLES = {
+    "id": ("#000000", "o", ":"),
+    "mat": (COLORBLIND[0], "s", "-"),
+    "rrr": (COLORBLIND[2], "^", "--"),
+    "njtc": (COLORBLIND[1], "v", "-."),
+    "nnjtc": (COLORBLIND[5], "D", (0, (5, 1, 1, 1, 1, 1))),
+    "tuned_lens": (COLORBLIND[4], "P", "-"),
+    "mat_attn": (COLORBLIND[3], "X", "--"),
+    "mat_ffn": (COLORBLIND[9], "*", "-."),
+    "mat_ln": (COLORBLIND[7], "h", (0, (1, 1))),
+}
+_MARKERS = "os^vDPX*hp<>"
+_LINES = ("-", "--", "-.", ":")
+BAND_ALPHA = 0.12  # bootstrap intervals: light enough that overlapping bands stay readable
+
+
+def method_style(names: list[str]) -> dict[str, dict]:
+    """Line options (color, marker, linestyle) per name: STYLES', else from a cycle."""
+    styles = {}
+    for i, name in enumerate(names):
+        color, marker, line = STYLES.get(
+            name,
+            (COLORBLIND[i % len(COLORBLIND)], _MARKERS[i % len(_MARKERS)], _LINES[i % 4]),
+        )
+        styles[name] = {"color": color, "marker": marker, "linestyle": line}
+    return styles
+
+
+def _legend_below(fig: plt.Figure, axes, columns: int, title: str | None = None) -> None:
+    """One legend for the figure, below its panels (never over the data)."""
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(columns, len(labels)),
+        title=title,
+        frameon=False,
+        fontsize=8,
+    )
 
 
 def r2_matrix(table: pa.Table, method: str) -> np.ndarray:
@@ -110,6 +150,7 @@ def part_r2_heatmap(table: pa.Table, title: str, png: str | Path, pdf: str | Pat
         xticklabels=[f"{p}\n" + modules[p].replace("->", " →\n") for p in parts],
         yticklabels=blocks,
     )
+    ax.collections[0].colorbar.set_label("r² (colours clip at -1; the numbers are exact)")
     ax.set_xlabel("part")
     ax.set_ylabel("block")
     ax.tick_params(axis="x", labelsize=7, rotation=0)
@@ -149,8 +190,19 @@ def prediction_figure(
     methods = sorted(set(data["method"]))
     columns = 3
     rows = -(-len(metrics) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
-    palette = _palette(methods)
+    fig = plt.figure(figsize=(4.2 * columns, 3.2 * rows + 0.9))
+    prediction_panels(fig, data, metrics, methods, columns, xlabel)
+    fig.suptitle(f"{heading} — {title}")
+    _save(fig, png, pdf)
+
+
+def prediction_panels(
+    fig: plt.Figure, data: dict, metrics: list[str], methods: list[str], columns: int, xlabel: str
+) -> None:
+    """prediction_figure's panels and legend (below them) on `fig`."""
+    rows = -(-len(metrics) // columns)
+    axes = fig.subplots(rows, columns, squeeze=False)
+    styles = method_style(methods)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         for method in methods:
             picked = [
@@ -163,16 +215,17 @@ def prediction_figure(
             ax.plot(
                 layer,
                 [data["mean"][i] for i in picked],
-                marker=".",
                 label=method,
-                color=palette[method],
+                markersize=3.5,
+                linewidth=1.2,
+                **styles[method],
             )
             ax.fill_between(
                 layer,
                 [data["ci_low"][i] for i in picked],
                 [data["ci_high"][i] for i in picked],
-                color=palette[method],
-                alpha=0.2,
+                color=styles[method]["color"],
+                alpha=BAND_ALPHA,
                 linewidth=0,
             )
         ax.set_xlabel(xlabel)
@@ -183,10 +236,8 @@ def prediction_figure(
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(metrics) :]:
         ax.axis("off")
-    axes.flat[0].legend(title="method")
-    fig.suptitle(f"{heading} — {title}")
-    fig.tight_layout()
-    _save(fig, png, pdf)
+    _legend_below(fig, axes, len(methods), "method (bands: 95% bootstrap intervals)")
+    fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 0.95))
 
 
 def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
@@ -194,28 +245,31 @@ def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
     and exiting every token at a fixed layer (dashed), one colour per method."""
     rows = table.to_pylist()
     methods = sorted({r["method"] for r in rows})
-    palette = _palette(methods)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    styles = method_style(methods)
+    fig, ax = plt.subplots(figsize=(8.6, 4.4))
     for method in methods:
-        for policy, style in (("confidence", "-"), ("fixed", "--")):
+        for policy in ("confidence", "fixed"):
             points = sorted(
                 (r["mean_layers"], r["accuracy"])
                 for r in rows
                 if r["method"] == method and r["policy"] == policy
             )
+            style = dict(styles[method], linewidth=1.2)
+            if policy == "fixed":  # the same colour and marker, thin and dashed
+                style.update(linestyle="--", linewidth=0.8, markersize=3)
+            else:
+                style.update(marker=None)
             ax.plot(
                 [p[0] for p in points],
                 [p[1] for p in points],
-                style,
-                marker="." if policy == "fixed" else None,
-                color=palette[method],
                 label=f"{method}, {'confidence exit' if policy == 'confidence' else 'fixed exit'}",
+                **style,
             )
     ax.set_xlabel("mean layers run")
     ax.set_ylabel("Precision@1 against the full model")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     ax.set_title(f"Early exit — {title}")
     fig.tight_layout()
     _save(fig, png, pdf)

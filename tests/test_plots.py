@@ -1,0 +1,71 @@
+"""Figures a reader can use: each method drawn its own way, legends beside the data, not on it."""
+
+import itertools
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jtc.methods import METHODS
+from jtc.parts import VARIANTS
+from jtc.plots import METRIC_LABELS, early_exit_figure, method_style, prediction_panels
+
+NAMES = [*METHODS, *VARIANTS]
+
+
+def test_every_method_differs_from_every_other_in_colour_marker_and_line():
+    styles = method_style(NAMES)
+    for a, b in itertools.combinations(NAMES, 2):
+        assert styles[a]["color"] != styles[b]["color"], (a, b)
+        assert styles[a]["marker"] != styles[b]["marker"], (a, b)
+    # and a name without a fixed style still gets one
+    assert set(method_style(["other"])["other"]) == {"color", "marker", "linestyle"}
+
+
+def prediction_table(methods, metrics, layers=6):
+    rows = [
+        {"method": m, "layer": layer, "metric": k, "mean": 0.5, "ci_low": 0.0, "ci_high": 1.0}
+        for m in methods
+        for k in metrics
+        for layer in range(layers)
+    ]
+    return pa.Table.from_pylist(rows).to_pydict()
+
+
+def overlaps(a, b) -> bool:
+    return not (a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0)
+
+
+@pytest.mark.parametrize("count", [2, 6, 9])
+def test_the_prediction_legend_lies_below_every_panel(count):
+    methods = NAMES[:count]
+    metrics = ["precision@1", "precision@5", "precision@10", *METRIC_LABELS][:6]
+    fig = plt.figure(figsize=(12.6, 7.3))
+    prediction_panels(fig, prediction_table(methods, metrics), metrics, methods, 3, "layer l")
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert [t.get_text() for t in legend.get_texts()] == methods
+    assert not any(overlaps(box, ax.get_window_extent()) for ax in fig.axes)
+    assert box.y0 >= 0  # inside the figure
+    plt.close(fig)
+
+
+def test_the_early_exit_legend_lies_beside_the_curves(tmp_path, monkeypatch):
+    rows = [
+        {"method": m, "policy": p, "mean_layers": x, "accuracy": x / 30}
+        for m in NAMES[:6]
+        for p in ("confidence", "fixed")
+        for x in np.linspace(1, 30, 8)
+    ]
+    seen = {}
+    monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    early_exit_figure(pa.Table.from_pylist(rows), "t", tmp_path / "a.png", tmp_path / "a.pdf")
+    fig = seen["fig"]
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    assert not overlaps(legend, ax.get_window_extent())
+    assert legend.x1 <= fig.bbox.x1 + 1  # not cut off
+    plt.close(fig)
