@@ -5,10 +5,13 @@ import json
 
 import numpy as np
 import pytest
+import torch
+from tiny import SENTENCES, make_model
 
-from jtc.api import Shortcuts, shareable_source
+from jtc.api import LENS_STATS, Lens, Shortcuts, shareable_source
 from jtc.cli import main
 from jtc.maps import save_maps
+from jtc.models import model_info
 
 WIDTH = 4
 
@@ -99,3 +102,78 @@ def test_command_names_problems_and_shows_its_version_and_defaults(results, tmp_
     assert main(["export", *where, "--model", "tiny", "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert main(["export", *where, "--model", "tiny", "--out", str(out), "--force"]) == 0
+
+
+def tiny_lens(kind, tmp_path, layers=2):
+    """A Lens over a tiny random model with id and mat shortcuts (mat: near-identity maps)."""
+    model, tokenizer = make_model(kind, layers=layers, width=16)
+    info = model_info(kind, model, tokenizer, "test")
+    rng = np.random.default_rng(0)
+    maps = {
+        s: {t: np.eye(16) + 0.1 * rng.normal(size=(16, 16)) for t in range(s + 1, layers + 1)}
+        for s in range(layers)
+    }
+    save_maps(tmp_path / "mat.safetensors", maps, {"method": "mat"})
+    description = {
+        "model": kind,
+        "corpus": "c",
+        "method": "mat",
+        "num_layers": layers,
+        "hidden_size": 16,
+        "architecture": info["architecture"],
+    }
+    shortcuts = [
+        Shortcuts({**description, "method": "id"}),
+        Shortcuts(description, tmp_path / "mat.safetensors"),
+    ]
+    return Lens(model, tokenizer, info, shortcuts)
+
+
+def test_a_masked_lm_is_read_at_each_position_masked(tmp_path):
+    """As its maps were fitted: the state at position t comes from the text with t masked."""
+    lens = tiny_lens("bert-mlm", tmp_path)
+    ids, states = lens.hidden_states(SENTENCES[0])
+    special = set(lens.tokenizer.all_special_ids)
+    for t in range(len(ids)):
+        masked = torch.tensor(ids[None])
+        if int(ids[t]) not in special:
+            masked[0, t] = lens.tokenizer.mask_token_id
+        with torch.no_grad():
+            want = lens.model(input_ids=masked, output_hidden_states=True).hidden_states
+        for layer in range(len(states)):
+            np.testing.assert_allclose(states[layer, t], want[layer][0, t].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert-mlm"])
+def test_lens_statistics_agree_with_the_model_at_the_last_layer(kind, tmp_path):
+    lens = tiny_lens(kind, tmp_path)
+    tables = {stat: lens.trajectories(SENTENCES[1], stat).to_pylist() for stat in LENS_STATS}
+    for stat, rows in tables.items():
+        last = [r for r in rows if r["method"] == "id" and r["layer"] == 2]
+        value = np.array([r["value"] for r in last])
+        if stat == "rank":  # the last layer read as it is is the model's own prediction
+            assert (value == 1).all() and min(r["value"] for r in rows) >= 1
+        elif stat == "kl":
+            np.testing.assert_allclose(value, 0, atol=1e-5)
+            assert min(r["value"] for r in rows) >= 0
+        elif stat == "prob":
+            assert all(0 < r["value"] <= 1 for r in rows)
+        else:
+            assert all(r["value"] >= -1e-6 for r in rows)
+    top = {(r["method"], r["layer"], r["position"]): r["token"] for r in tables["prob"]}
+    assert top == {(r["method"], r["layer"], r["position"]): r["token"] for r in tables["kl"]}
+    with pytest.raises(ValueError, match="unknown statistic 'top': one of prob, entropy"):
+        lens.trajectories("a b", "top")
+
+
+def test_the_lens_figure_stacks_one_panel_per_method_and_bounds_its_width(tmp_path, monkeypatch):
+    lens = tiny_lens("gpt2", tmp_path)
+    seen = {}
+    monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    text = " ".join(SENTENCES[:4])  # a long text: more tokens than 0.75-inch cells allow
+    table = lens.figure(text, tmp_path / "lens.png", stat="rank")
+    fig = seen["fig"]
+    panels = [ax for ax in fig.axes if ax.get_ylabel().endswith("layer l")]
+    assert [ax.get_ylabel().split("\n")[0] for ax in panels] == ["id", "mat"]
+    assert fig.get_figwidth() <= 18 and len({r["position"] for r in table.to_pylist()}) > 21
+    assert panels[0].get_position().y0 > panels[1].get_position().y1  # stacked, id above

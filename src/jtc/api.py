@@ -42,6 +42,36 @@ LENS_COLUMNS = {
 }
 
 
+# what the lens figure colours: per method, layer and position, of the distribution D(mapped
+# state) against the model's own D(h_L) at the same position
+LENS_STATS = {
+    "prob": "top-1 probability",
+    "entropy": "entropy (nats)",
+    "kl": "KL(final ‖ lens) (nats)",
+    "rank": "rank of the model's own top-1 token",
+}
+TRAJECTORY_COLUMNS = {
+    "method": pa.string(),
+    "layer": pa.int32(),
+    "position": pa.int32(),
+    "input_token": pa.string(),
+    "token": pa.string(),  # the top-1 token read at that layer
+    "value": pa.float64(),  # the statistic
+}
+
+
+def lens_statistic(stat: str, log_probs, final_log_probs):
+    """LENS_STATS' `stat` per row of log-probabilities (n, V) against the model's own (n, V)."""
+    if stat == "prob":
+        return log_probs.max(1).values.exp()
+    if stat == "entropy":
+        return -(log_probs.exp() * log_probs).sum(1)
+    if stat == "kl":
+        return (final_log_probs.exp() * (final_log_probs - log_probs)).sum(1).clamp(min=0)
+    own = final_log_probs.argmax(1, keepdim=True)
+    return 1 + (log_probs > log_probs.gather(1, own)).sum(1)
+
+
 class ShortcutMismatch(ValueError):
     """Shortcuts applied to a model (or states) they were not fitted for."""
 
@@ -303,19 +333,35 @@ class Lens:
         net, tokenizer, info = load_cached(paths.under(results, paths.MODEL, model=model))
         return cls(net, tokenizer, info, shortcuts)
 
+    @property
+    def masked(self) -> bool:
+        """A masked LM: its maps were fitted on states at masked positions."""
+        return self.info.get("task") == "masked"
+
     def hidden_states(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(token ids (T,), states (L+1, T, d)) of the text, every position; h_L before the
-        final norm, as the workflow stores it. A masked LM sees the text as it is."""
+        final norm, as the workflow stores it. A masked LM reads each position with that
+        position masked (its maps were fitted so; one row of a batch per position), and its
+        special tokens ([CLS], [SEP]) as they are."""
         import torch
 
         from .extract import StateRecorder
 
         ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]
+        count = ids.shape[1]
+        batch, rows = ids, torch.zeros(count, dtype=torch.long)
+        if self.masked:
+            special = set(self.tokenizer.all_special_ids)
+            batch = ids.repeat(count, 1)
+            for t in range(count):
+                if int(ids[0, t]) not in special:
+                    batch[t, t] = self.tokenizer.mask_token_id
+            rows = torch.arange(count)
         recorder = StateRecorder(self.adapter.blocks(self.model))
-        recorder.index = (0,)
+        recorder.index = (rows.to(self.model.device), torch.arange(count, device=self.model.device))
         try:
             with torch.inference_mode():
-                self.adapter.backbone(self.model)(input_ids=ids.to(self.model.device))
+                self.adapter.backbone(self.model)(input_ids=batch.to(self.model.device))
         finally:
             recorder.remove()
         states = np.stack([s.cpu().numpy() for s in recorder.states])
@@ -328,7 +374,7 @@ class Lens:
 
         ids, states = self.hidden_states(text)
         last = len(states) - 1
-        inputs = [self._token(t) for t in ids]
+        inputs = [self.token(t) for t in ids]
         rows: dict[str, list] = {c: [] for c in LENS_COLUMNS}
         for method, shortcut in self.shortcuts.items():
             for layer in range(last + 1) if layers is None else layers:
@@ -343,24 +389,65 @@ class Lens:
                             inputs[position],
                             rank + 1,
                             int(top_ids[position, rank]),
-                            self._token(top_ids[position, rank]),
+                            self.token(top_ids[position, rank]),
                             float(probs[position, rank]),
                         )
                         for column, value in zip(LENS_COLUMNS, values, strict=True):
                             rows[column].append(value)
         return pa.table({c: pa.array(rows[c], t) for c, t in LENS_COLUMNS.items()})
 
-    def figure(self, text: str, png: str | Path, pdf: str | Path | None = None) -> pa.Table:
-        """The lens view: per method, a layer × token heatmap of the top-1 prediction (written
-        in each cell) coloured by its probability. Returns the top-1 table it shows."""
+    def trajectories(self, text: str, stat: str = "prob") -> pa.Table:
+        """Per method, layer and position: the top-1 token read from that layer and a statistic
+        of its distribution D(mapped state) (LENS_STATS): prob, its top-1 probability; entropy;
+        kl, KL(D(h_L) ‖ D(mapped)); rank, the rank of the model's own top-1 token (1: agrees)."""
+        import torch
+
+        if stat not in LENS_STATS:
+            raise ValueError(f"unknown statistic '{stat}': one of {', '.join(LENS_STATS)}")
+        ids, states = self.hidden_states(text)
+        last = len(states) - 1
+        inputs = [self.token(t) for t in ids]
+        with torch.inference_mode():
+            final = torch.log_softmax(self.head.logits(torch.tensor(states[last])), dim=1)
+            rows: dict[str, list] = {c: [] for c in TRAJECTORY_COLUMNS}
+            for method, shortcut in self.shortcuts.items():
+                for layer in range(last + 1):
+                    mapped = shortcut.apply(states[layer], layer).astype(np.float32)
+                    logp = torch.log_softmax(self.head.logits(torch.tensor(mapped)), dim=1)
+                    top = logp.argmax(1)
+                    values = lens_statistic(stat, logp, final)
+                    for position in range(len(ids)):
+                        rows["method"].append(method)
+                        rows["layer"].append(layer)
+                        rows["position"].append(position)
+                        rows["input_token"].append(inputs[position])
+                        rows["token"].append(self.token(top[position]))
+                        rows["value"].append(float(values[position]))
+        return pa.table({c: pa.array(rows[c], t) for c, t in TRAJECTORY_COLUMNS.items()})
+
+    def figure(
+        self,
+        text: str,
+        png: str | Path,
+        pdf: str | Path | None = None,
+        stat: str = "prob",
+        scale: tuple[float, float] | None = None,
+    ) -> pa.Table:
+        """The lens view: one layer × token panel per method, stacked, each cell the top-1 token
+        read from that layer, coloured by `stat` (LENS_STATS) on a scale fitted to the values
+        unless `scale` = (low, high) is given. Returns the table it shows (trajectories)."""
         from .plots import lens_heatmap
 
-        table = self.predictions(text, k=1)
+        table = self.trajectories(text, stat)
+        name = self.info.get("name", "model")
+        what = "each position read masked" if self.masked else "the next token"
         paths = [png] if pdf is None else [png, pdf]
-        lens_heatmap(table, f"{self.info.get('name', 'model')}: what each layer predicts", *paths)
+        title = f"{name}: what each layer predicts ({what})"
+        lens_heatmap(table, title, LENS_STATS[stat], scale, self.masked, *paths)
         return table
 
-    def _token(self, token_id) -> str:
+    def token(self, token_id) -> str:
+        """The text of one token id, as the lens shows it."""
         from .examples import token_text
 
         return token_text(self.tokenizer, int(token_id))

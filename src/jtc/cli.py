@@ -33,6 +33,20 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--methods", nargs="+", default=["id", "mat"])
             sub.add_argument("--out", default="lens.png", help="figure (.png or .pdf)")
             sub.add_argument("--top", type=int, default=5, help="also print the top-k per layer")
+            sub.add_argument(
+                "--stat",
+                choices=["prob", "entropy", "kl", "rank"],
+                default="prob",
+                help="what colours the cells: the top-1 probability, the entropy, the KL from "
+                "the model's own prediction, or the rank of the model's own top-1 token",
+            )
+            sub.add_argument(
+                "--scale",
+                nargs=2,
+                type=float,
+                metavar=("LOW", "HIGH"),
+                help="the colour scale's ends (default: the values' range)",
+            )
         else:
             sub.add_argument("--method", default="mat", help="a fitted method (not id)")
             sub.add_argument("--out", required=True, help="folder to write, new or empty")
@@ -52,13 +66,18 @@ def main(argv: list[str] | None = None) -> int:
             print(folder.export(args.out, results=args.results, force=args.force))
             return 0
         lens = Lens.from_results(args.results, args.model, args.corpus, tuple(args.methods))
-        lens.figure(args.text, args.out)
+        lens.figure(args.text, args.out, stat=args.stat, scale=args.scale)
         table = lens.predictions(args.text, k=args.top).to_pylist()
     except (OSError, ValueError, RuntimeError) as err:
         print(f"jtc {args.command}: {err}", file=sys.stderr)
         return 2
-    last = max(r["position"] for r in table)
-    print(f"top-{args.top} next-token predictions after the last token, by layer:")
+    # the last token that is not a special one ([SEP] of a masked LM)
+    last = max(r["position"] for r in table if r["input_token"] not in _specials(lens))
+    if lens.masked:
+        print(f"top-{args.top} predictions for the masked last word, by layer:")
+    else:
+        print(f"top-{args.top} next-token predictions after the last token, by layer:")
+    name_width = max(len(m) for m in args.methods)
     for method in args.methods:
         for layer in sorted({r["layer"] for r in table}):
             tokens = [
@@ -66,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                 for r in table
                 if r["method"] == method and r["layer"] == layer and r["position"] == last
             ]
-            print(f"  {method:>4} layer {layer:3d}: " + ", ".join(tokens))
+            print(f"  {method:>{name_width}} layer {layer:3d}: " + ", ".join(tokens))
     print(f"figure: {Path(args.out).resolve()}")
     return 0
+
+
+def _specials(lens) -> set[str]:
+    """The special tokens' text as the lens shows input tokens."""
+    return {lens.token(t) for t in lens.tokenizer.all_special_ids}
 
 
 if __name__ == "__main__":
