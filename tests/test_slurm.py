@@ -69,8 +69,8 @@ def project(tmp_path_factory):
         sentences=150,
         seed=1,
         sizes={"train": 40, "validation": 16},
-        methods=["id", "mat", "njtc"],
-        training={"njtc": {"max_epochs": 3, "batch_size": 8}},
+        methods=["id", "mat", "njtc", "tuned_lens"],  # fit_map: mat, njtc; train_map: the lens
+        training={m: {"max_epochs": 2, "batch_size": 8} for m in ("njtc", "tuned_lens")},
         submodules={"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
     )
 
@@ -108,7 +108,7 @@ def copy_project(project, workdir):
 def same_outputs(a: Path, b: Path) -> None:
     for target in TARGETS:
         assert pq.read_table(a / target).equals(pq.read_table(b / target)), target
-    for name in ("mat", "njtc"):
+    for name in ("mat", "njtc", "tuned_lens"):
         x = load_file(a / f"results/maps/gpt/mini/{name}.safetensors")
         y = load_file(b / f"results/maps/gpt/mini/{name}.safetensors")
         assert sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x), name

@@ -139,7 +139,10 @@ def _stage_shape(stage, wildcards, split):
     shape = _shape(wildcards, split)
     if stage != "replace_parts":
         return shape
-    jumps = len(jumps_of(wildcards.model))
+    # the depth from the shape (its default before the model is cached): a resource function
+    # must not wait for the resolve_model checkpoint
+    configured, stride = SUBMODULES["jump_layers"], SUBMODULES["jump_stride"]
+    jumps = len(jump_layers(configured, stride, shape.layers))
     return dataclasses.replace(
         shape,
         rows=min(shape.rows, SUBMODULES["sentences"] or shape.rows),
