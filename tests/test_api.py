@@ -8,9 +8,9 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model
 
-from jtc.api import LENS_STATS, Lens, Shortcuts, shareable_source
+from jtc.api import LENS_STATS, Lens, ShortcutMismatch, Shortcuts, shareable_source
 from jtc.cli import main
-from jtc.maps import save_maps
+from jtc.maps import ShortcutMap, save_maps
 from jtc.models import model_info
 
 WIDTH = 4
@@ -177,3 +177,72 @@ def test_the_lens_figure_stacks_one_panel_per_method_and_bounds_its_width(tmp_pa
     assert [ax.get_ylabel().split("\n")[0] for ax in panels] == ["id", "mat"]
     assert fig.get_figwidth() <= 18 and len({r["position"] for r in table.to_pylist()}) > 21
     assert panels[0].get_position().y0 > panels[1].get_position().y1  # stacked, id above
+
+
+def test_a_map_as_a_torch_module_and_on_torch_tensors_equals_the_numpy_map(tmp_path):
+    rng = np.random.default_rng(3)
+    low_rank_normalised = ShortcutMap(
+        {
+            "norm.weight": rng.normal(size=16),
+            "norm.bias": rng.normal(size=16),
+            "norm.running_mean": rng.normal(size=16),
+            "norm.running_var": rng.uniform(0.5, 2, size=16),
+            "down.weight": rng.normal(size=(3, 16)),
+            "up.weight": rng.normal(size=(16, 3)),
+            "bias": rng.normal(size=16),
+        }
+    )
+    states = rng.normal(size=(5, 7, 16))
+    module = low_rank_normalised.to_torch()
+    assert not any(p.requires_grad for p in module.parameters())
+    got = module(torch.tensor(states, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(
+        got, low_rank_normalised(states.reshape(-1, 16)).reshape(got.shape), atol=1e-4
+    )
+    mat = tiny_lens("gpt2", tmp_path).shortcuts["mat"]
+    for dtype in (torch.float32, torch.float64):
+        tensor = torch.tensor(states, dtype=dtype)
+        mapped = mat.apply(tensor, source=0)  # torch in, torch out: same dtype, device, shape
+        assert isinstance(mapped, torch.Tensor) and mapped.dtype == dtype
+        assert mapped.shape == tensor.shape and mapped.device == tensor.device
+        want = mat.apply(states.reshape(-1, 16), source=0).reshape(states.shape)
+        np.testing.assert_allclose(
+            mapped.numpy(), want, atol=1e-5 if dtype == torch.float32 else 1e-12
+        )
+
+
+def test_a_lens_from_any_loaded_model_or_folder_and_exported_maps(tmp_path):
+    """The model-first API: a loaded model (or its folder) and an export, no workflow folder."""
+    base = tiny_lens("llama", tmp_path)
+    export = base.shortcuts["mat"].export(tmp_path / "export")
+    text = SENTENCES[2]
+    want = base.predictions(text, k=3)
+    from_model = Lens.from_model(base.model, base.tokenizer, ["id", export], name="llama")
+    assert from_model.predictions(text, k=3).equals(want)
+    folder = tmp_path / "my-model"
+    base.model.save_pretrained(folder)
+    base.tokenizer.save_pretrained(folder)
+    loaded = Lens.load(str(folder), ["id", export])
+    assert loaded.predictions(text, k=3).equals(want)
+    wrong = tiny_lens("gpt2", tmp_path / "other")  # another model's width and depth
+    with pytest.raises(ShortcutMismatch, match="fitted on model"):
+        Lens.from_model(make_model("gpt2", layers=3, width=16)[0], wrong.tokenizer, [export])
+
+
+def test_maps_apply_to_activations_captured_by_a_forward_hook(tmp_path):
+    """What a TransformerLens or nnsight user does: h_l is the output of block l (l >= 1)."""
+    lens = tiny_lens("llama", tmp_path)
+    blocks = lens.model.model.layers
+    captured = {}
+    handle = blocks[0].register_forward_hook(
+        lambda module, args, out: captured.update(h1=out[0] if isinstance(out, tuple) else out)
+    )
+    ids = lens.tokenizer(SENTENCES[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        lens.model(ids)
+    handle.remove()
+    mapped = lens.shortcuts["mat"].apply(captured["h1"], source=1)  # (1, T, d) -> layer L
+    _, states = lens.hidden_states(SENTENCES[0])
+    np.testing.assert_allclose(captured["h1"][0].numpy(), states[1], atol=1e-5)
+    want = lens.shortcuts["mat"].apply(states[1], source=1)
+    np.testing.assert_allclose(mapped[0].numpy(), want, atol=1e-5)

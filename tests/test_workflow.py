@@ -493,9 +493,12 @@ def test_report_holds_every_figure_and_table(tiny_run, tmp_path):
     assert "How well each shortcut method predicts" in html  # captions are rendered
 
 
-def readme_example():
+def readme_example(number=0):
+    """The README's `number`-th Python example after its **Python API** paragraph."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("```python", text.index("**Python API**")) + len("```python")
+    start = text.index("**Python API**")
+    for _ in range(number + 1):
+        start = text.index("```python", start) + len("```python")
     return text[start : text.index("```", start)]
 
 
@@ -728,3 +731,15 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
             assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
     for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
         assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure
+
+    # the README's own-model example: SmolLM2 from its source and exported maps, hooks
+    from jtc.cli import main
+
+    export = ["--results", str(tmp_path / "results"), "--model", "smollm2", "--corpus", "news"]
+    assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
+    code = readme_example(1) + "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "lens.png").stat().st_size

@@ -145,6 +145,14 @@ class Shortcuts:
     description: dict[str, Any]
     path: Path | None = None
     _cache: dict[tuple[int, int], ShortcutMap] = field(default_factory=dict, repr=False)
+    _modules: dict[tuple, Any] = field(default_factory=dict, repr=False)  # to_torch, by device
+
+    @classmethod
+    def identity(cls, info: dict[str, Any]) -> Shortcuts:
+        """id, the identity (the logit lens), for a model described by `info`."""
+        keys = ("num_layers", "hidden_size", "architecture")
+        described = {k: info[k] for k in keys}
+        return cls({"model": info.get("name", "model"), "method": "id", **described})
 
     @property
     def method(self) -> str:
@@ -222,10 +230,14 @@ class Shortcuts:
             )
         return weight
 
-    def apply(self, states: np.ndarray, source: int, target: int | None = None) -> np.ndarray:
-        """States of layer `source` (n, d) mapped to layer `target` (default: the last)."""
+    def apply(self, states, source: int, target: int | None = None):
+        """States of layer `source` (..., d) mapped to layer `target` (default: the last): a
+        numpy array gives float64 numpy; a torch tensor (e.g. activations captured by a hook)
+        gives a tensor of its dtype on its device, through the map's `to_torch` module."""
         target = self.num_layers if target is None else target
-        states = np.asarray(states)
+        is_torch = type(states).__module__.split(".")[0] == "torch"
+        if not is_torch:
+            states = np.asarray(states)
         if states.shape[-1] != self.description["hidden_size"]:
             raise ShortcutMismatch(
                 f"states of width {states.shape[-1]} given to shortcuts fitted on width "
@@ -233,7 +245,12 @@ class Shortcuts:
             )
         if source == target or self.method == "id":
             return states
-        return self.map(source, target)(states)
+        if not is_torch:
+            return self.map(source, target)(states)
+        key = (source, target, states.device, states.dtype)
+        if key not in self._modules:
+            self._modules[key] = self.map(source, target).to_torch(states.dtype, states.device)
+        return self._modules[key](states)
 
     def check_model(self, info: dict[str, Any]) -> None:
         """Refuse a model whose width or layer count differs from the one the maps fit."""
@@ -317,6 +334,42 @@ class Lens:
         self.adapter = get_adapter(info["architecture"])
         self.head = model_head(model, info, info.get("name", "model"))
         self.shortcuts = {s.method: s for s in shortcuts}
+
+    @classmethod
+    def from_model(
+        cls, model, tokenizer, shortcuts: list[Shortcuts | str | Path], name: str = "model"
+    ) -> Lens:
+        """A Lens over a loaded Hugging Face model (causal or masked LM) and its tokenizer.
+        `shortcuts`: Shortcuts, folders written by `export` (or `jtc export`), or "id"; each
+        is checked against the model's width and depth."""
+        from .models import model_info
+
+        info = model_info(name, model, tokenizer, "in memory")
+        loaded = [
+            s
+            if isinstance(s, Shortcuts)
+            else Shortcuts.identity(info)
+            if str(s) == "id"
+            else Shortcuts.load(s)
+            for s in shortcuts
+        ]
+        return cls(model.eval(), tokenizer, info, loaded)
+
+    @classmethod
+    def load(
+        cls,
+        source: str,
+        shortcuts: list[Shortcuts | str | Path],
+        trust_remote_code: bool = False,
+    ) -> Lens:
+        """A Lens over a model loaded the way the workflow loads one (config `models.NAME.source`:
+        a local folder or .gguf file, "package:NAME/PATH", or a Hugging Face hub id), with
+        `shortcuts` as in `from_model`."""
+        from .models import load_from_source
+
+        spec = {"source": source, "trust_remote_code": trust_remote_code}
+        model, tokenizer, _ = load_from_source(Path(source).name or source, spec)
+        return cls.from_model(model, tokenizer, shortcuts, name=Path(source).name or source)
 
     @classmethod
     def from_results(

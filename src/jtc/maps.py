@@ -170,6 +170,19 @@ class ShortcutMap:
             weight = weight * scale
         return weight, bias
 
+    def to_torch(self, dtype=None, device=None):
+        """The map as a frozen torch.nn.Linear (its `affine` form; float32 unless `dtype`), to
+        apply inside a torch model or to hooked activations: module(h) for h of shape (..., d)."""
+        import torch
+
+        weight, bias = self.affine()
+        linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(weight))
+            if bias is not None:
+                linear.bias.copy_(torch.from_numpy(bias))
+        return linear.requires_grad_(False).to(device=device, dtype=dtype or torch.float32)
+
     @property
     def width(self) -> int:
         for name in ("weight", "down.weight", "norm.weight"):
