@@ -3,13 +3,15 @@
 from jtc.api import Lens, Shortcuts
 
 mat = Shortcuts.from_results("results", "smollm2", "news", "mat")
-h30 = mat.apply(h10, source=10)              # (n, 576) states after layer 10 -> layer 30
+h30 = mat.apply(h10, source=10)              # (..., 576) states after layer 10 -> layer 30
+                                             # (numpy, or torch on the tensor's device)
 mat.export("shared/smollm2-news-mat")        # safetensors + description.json
 mat = Shortcuts.load("shared/smollm2-news-mat")
 
 lens = Lens.from_results("results", "smollm2", "news")   # the cached model, id and mat
+lens = Lens.load("path/or/hub-id", ["id", "shared/smollm2-news-mat"])  # any model, exported maps
 table = lens.predictions("The river flows into the", k=5) # top-5 per method, layer, token
-lens.figure("The river flows into the", "lens.png")      # layer × token heatmap
+lens.figure("The river flows into the", "lens.png", stat="kl")  # layer × token, per method
 """
 
 from __future__ import annotations
