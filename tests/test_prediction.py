@@ -140,6 +140,7 @@ def test_examples_show_context_and_top5(validation, tmp_path):
         {"id": None, "mat": identity},
         str(tmp_path / "ex.parquet"),
         str(tmp_path / "ex.md"),
+        str(tmp_path / "ex.html"),
         model="tiny",
         corpus="c",
         count=3,
@@ -158,6 +159,9 @@ def test_examples_show_context_and_top5(validation, tmp_path):
         assert all("[MASK]" in c and "[CLS]" not in c for c in contexts)
     text = (tmp_path / "ex.md").read_text()
     assert "| model, layer 3 |" in text and text.count("## Sentence") == 3
+    page = (tmp_path / "ex.html").read_text()  # the same as the report shows it
+    assert page.count("<h3>Sentence") == 3 and "<td>model, layer 3</td>" in page
+    assert page.count("<table>") == 3 and "|---" not in page
     # identity maps: mat's top-5 equals id's at every shown layer
     top = {(r["sentence_id"], r["method"], r["layer"], r["rank"]): r["token_id"] for r in table}
     for (sid, method, layer, rank), token in top.items():

@@ -479,18 +479,25 @@ def test_report_holds_every_figure_and_table(tiny_run, tmp_path):
         workdir / f"results/metrics/{model}/mini/{name}"
         for model in ("gpt", "bert")
         for name in (
-            "r2.csv",
-            "prediction.csv",
-            "early_exit.csv",
-            "early_exit_savings.csv",
-            "examples.md",
-            "parameters.csv",
+            "r2.html",
+            "prediction.html",
+            "early_exit.html",
+            "early_exit_savings.html",
+            "examples.html",
+            "parameters.html",
         )
     ]
     assert len(figures) == 2 * 3  # per model: r2, prediction, early_exit
     for path in figures + tables:
         assert str(path.relative_to(workdir)) in html, path
+        assert path.stat().st_size
     assert "How well each shortcut method predicts" in html  # captions are rendered
+    # the landing page states the experiment from the config
+    assert "Linear shortcuts between transformer layers" in html
+    assert re.search(r"Models: (bert, gpt|gpt, bert)\.", html) and "Methods: id, mat." in html
+    # one labelling scheme: every item is a table or a figure, named by what it shows
+    assert '"kind"' in html and '"result"' in html
+    assert '"table": ' not in html and '"figure": ' not in html
 
 
 def readme_example(number=0):

@@ -84,8 +84,11 @@ def read_json(path: str | os.PathLike) -> Any:
         raise CorruptFileError(f"cannot read JSON file {path}: {exc}") from exc
 
 
-def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> None:
-    """Write a Parquet table atomically (and a CSV copy next to it when `csv`)."""
+def write_table(
+    table: pa.Table, path: str | os.PathLike, csv: bool = False, page: bool | None = None
+) -> None:
+    """Write a Parquet table atomically; with `csv`, a CSV copy next to it, and with `page`
+    (default: as `csv`) an HTML page of it (.html, what the report shows)."""
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
     if csv:
@@ -93,6 +96,11 @@ def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> 
 
         with atomic_path(Path(path).with_suffix(".csv")) as tmp:
             pacsv.write_csv(table, tmp)
+    if csv if page is None else page:
+        from .pages import table_page
+
+        with atomic_path(Path(path).with_suffix(".html")) as tmp:
+            tmp.write_text(table_page(table, Path(path).stem.replace("_", " ")))
 
 
 def rows_table(rows: list[dict[str, Any]], schema: dict[str, pa.DataType]) -> pa.Table:

@@ -3,20 +3,22 @@ rule early_exit:
         unpack(early_exit_inputs),
     output:
         sweep=paths.metric("early_exit.parquet"),
-        sweep_csv=report(
-            paths.metric("early_exit.csv"),
+        sweep_csv=paths.metric("early_exit.csv"),
+        sweep_html=report(
+            paths.metric("early_exit.html"),
             caption="../report/early_exit_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "early exit: λ sweep and fixed exits"},
+            labels={"kind": "table", "result": "early exit: λ sweep and fixed exits"},
         ),
         savings=paths.metric("early_exit_savings.parquet"),
-        savings_csv=report(
-            paths.metric("early_exit_savings.csv"),
+        savings_csv=paths.metric("early_exit_savings.csv"),
+        savings_html=report(
+            paths.metric("early_exit_savings.html"),
             caption="../report/early_exit_savings.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "early exit: layers saved"},
+            labels={"kind": "table", "result": "early exit: layers saved"},
         ),
     log:
         "logs/early_exit/{model}/{corpus}.log",
@@ -46,7 +48,7 @@ rule plot_early_exit:
             caption="../report/early_exit.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "early exit"},
+            labels={"kind": "figure", "result": "early exit"},
         ),
         pdf=paths.figure("early_exit.pdf"),
     log:

@@ -3,12 +3,13 @@ rule r2_table:
         unpack(r2_inputs),
     output:
         table=paths.metric("r2.parquet"),
-        csv=report(
-            paths.metric("r2.csv"),
+        csv=paths.metric("r2.csv"),
+        html=report(
+            paths.metric("r2.html"),
             caption="../report/r2_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "r² of every layer pair"},
+            labels={"kind": "table", "result": "r² of every layer pair"},
         ),
     log:
         "logs/r2_table/{model}/{corpus}.log",
@@ -36,7 +37,7 @@ rule plot_r2:
             caption="../report/r2_heatmap.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "r² heatmaps"},
+            labels={"kind": "figure", "result": "r² heatmaps"},
         ),
         pdf=paths.figure("r2.pdf"),
     log:
@@ -54,12 +55,13 @@ rule parameter_table:
         unpack(parameter_inputs),
     output:
         table=paths.metric("parameters.parquet"),
-        csv=report(
-            paths.metric("parameters.csv"),
+        csv=paths.metric("parameters.csv"),
+        html=report(
+            paths.metric("parameters.html"),
             caption="../report/parameter_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "parameters per method"},
+            labels={"kind": "table", "result": "parameters per method"},
         ),
     log:
         "logs/parameter_table/{model}/{corpus}.log",

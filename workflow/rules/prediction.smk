@@ -27,12 +27,13 @@ rule prediction_table:
         expand(paths.SCORES, method=METHODS, allow_missing=True),
     output:
         table=paths.metric("prediction.parquet"),
-        csv=report(
-            paths.metric("prediction.csv"),
+        csv=paths.metric("prediction.csv"),
+        html=report(
+            paths.metric("prediction.html"),
             caption="../report/prediction_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "prediction metrics by layer"},
+            labels={"kind": "table", "result": "prediction metrics by layer"},
         ),
     log:
         "logs/prediction_table/{model}/{corpus}.log",
@@ -58,7 +59,7 @@ rule plot_prediction:
             caption="../report/prediction.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "prediction by layer"},
+            labels={"kind": "figure", "result": "prediction by layer"},
         ),
         pdf=paths.figure("prediction.pdf"),
     log:
@@ -77,12 +78,13 @@ rule prediction_examples:
     output:
         table=paths.metric("examples.parquet"),
         csv=paths.metric("examples.csv"),
-        markdown=report(
-            paths.metric("examples.md"),
+        markdown=paths.metric("examples.md"),
+        html=report(
+            paths.metric("examples.html"),
             caption="../report/examples.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "example predictions"},
+            labels={"kind": "table", "result": "example predictions"},
         ),
     log:
         "logs/prediction_examples/{model}/{corpus}.log",

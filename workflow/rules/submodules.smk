@@ -59,12 +59,13 @@ rule part_r2_table:
         maps=paths.PART_MAP,
     output:
         table=paths.metric("parts_r2.parquet"),
-        csv=report(
-            paths.metric("parts_r2.csv"),
+        csv=paths.metric("parts_r2.csv"),
+        html=report(
+            paths.metric("parts_r2.html"),
             caption="../report/parts_r2_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "r² of every block part"},
+            labels={"kind": "table", "result": "r² of every block part"},
         ),
     log:
         "logs/part_r2_table/{model}/{corpus}.log",
@@ -85,7 +86,7 @@ rule plot_part_r2:
             caption="../report/parts_r2.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "r² of every block part"},
+            labels={"kind": "figure", "result": "r² of every block part"},
         ),
         pdf=paths.figure("parts_r2.pdf"),
     log:
@@ -133,12 +134,13 @@ rule submodule_table:
         unpack(submodule_table_inputs),
     output:
         table=paths.metric("submodules.parquet"),
-        csv=report(
-            paths.metric("submodules.csv"),
+        csv=paths.metric("submodules.csv"),
+        html=report(
+            paths.metric("submodules.html"),
             caption="../report/submodules_table.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"table": "parts replaced after a jump layer"},
+            labels={"kind": "table", "result": "parts replaced after a jump layer"},
         ),
     log:
         "logs/submodule_table/{model}/{corpus}.log",
@@ -163,7 +165,7 @@ rule plot_submodules:
             caption="../report/submodules.rst",
             category="{model}",
             subcategory="{corpus}",
-            labels={"figure": "parts replaced after a jump layer"},
+            labels={"kind": "figure", "result": "parts replaced after a jump layer"},
         ),
         pdf=paths.figure("submodules.pdf"),
     log:

@@ -10,6 +10,7 @@ with job_log(snakemake.log[0]):
         {m: snakemake.input.get(m) for m in p.methods},
         snakemake.output.table,
         snakemake.output.markdown,
+        snakemake.output.html,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
         count=p.examples,

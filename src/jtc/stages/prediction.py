@@ -97,6 +97,7 @@ def prediction_examples(
     maps: dict[str, str | None],
     out: str,
     markdown: str,
+    page: str,
     *,
     model: str,
     corpus: str,
@@ -104,7 +105,8 @@ def prediction_examples(
     layers: list[int],
     threads: int,
 ) -> None:
-    """A few validation sentences with the model's top-5 and each method's top-5 per layer."""
+    """A few validation sentences with the model's top-5 and each method's top-5 per layer:
+    a table (`out`, and CSV), Markdown and the same as an HTML page (`page`)."""
     import numpy as np
 
     from .. import examples
@@ -113,6 +115,7 @@ def prediction_examples(
     from ..io import atomic_path, read_aligned, read_json, read_positions, read_table, write_table
     from ..logs import ready
     from ..maps import to_last_layer
+    from ..pages import markdown_page
 
     head = load_decoder_head(model_dir, model, threads)
     tokenizer = examples.load_tokenizer(model_dir)
@@ -158,8 +161,9 @@ def prediction_examples(
     table = examples.examples_table(
         ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)
     )
-    write_table(table, out, csv=True)
+    write_table(table, out, csv=True, page=False)
+    text = examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
     with atomic_path(markdown) as tmp:
-        tmp.write_text(
-            examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
-        )
+        tmp.write_text(text)
+    with atomic_path(page) as tmp:  # the same, as the report shows it
+        tmp.write_text(markdown_page(text, f"example predictions: {model} on {corpus}"))
