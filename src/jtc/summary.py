@@ -8,13 +8,12 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from . import paths
+from .io import read_table
 
 
 def _table(path: Path) -> list[dict] | None:
-    return pq.read_table(path).to_pylist() if path.is_file() else None
+    return read_table(path).to_pylist() if path.is_file() else None
 
 
 def _overflows(rows: list[dict]) -> dict[str, tuple[int, int]]:
