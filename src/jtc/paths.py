@@ -19,6 +19,8 @@ SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per
 REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/replaced.parquet"
 METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
+HEADLINE = f"{RESULTS}/metrics/headline.parquet"  # the headline numbers of every model, corpus
+LANDING = f"{RESULTS}/report/landing.rst"  # the report's landing page, with those numbers
 
 
 def metric(name: str) -> str:

@@ -18,6 +18,7 @@ from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
 from jtc.planning import checked_config, resolved_problem
 from jtc.resources import Shape, memory_mb, runtime_minutes
+from jtc.stages.report import headline_sources
 from jtc.summary import run_summary
 from jtc.tracking import code_hash as _code_hash
 
@@ -241,7 +242,34 @@ def get_final_output():
                 figures += ["parts_r2.png", "submodules.png"]
             targets += [paths.metric(n).format(**done) for n in names]
             targets += [paths.figure(f).format(**done) for f in figures]
-    return targets
+    return targets + [paths.HEADLINE, paths.LANDING]
+
+
+def headline_pairs():
+    """Every (model, corpus, whether the model is decoded) of the run."""
+    return [[m, c, m in PREDICTING] for m in MODELS for c in CORPORA]
+
+
+def headline_inputs(wildcards):
+    """Every table the headline numbers read."""
+    inputs = {}
+    for model, corpus, predicts in headline_pairs():
+        for name, path in headline_sources(model, corpus, predicts).items():
+            inputs[f"{name}_{model}_{corpus}"] = path
+    return inputs
+
+
+def landing_template():
+    """The text of the report's landing page (workflow/report/workflow.rst): a param, so that
+    editing it remakes the landing page wherever the workflow is checked out."""
+    return Path(workflow.basedir, "report", "workflow.rst").read_text(encoding="utf-8")
+
+
+def report_text():
+    """The report's landing page: the run's own, with its headline numbers, once the run has
+    made it (snakemake --report plans after the run), else the template alone."""
+    landing = Path(paths.LANDING)
+    return str(landing.resolve()) if landing.is_file() else "report/workflow.rst"
 
 
 def hidden(wildcards, split):

@@ -1,0 +1,46 @@
+"""Stages of workflow/rules/report.smk: the headline numbers of the whole run and the report's
+landing page stating them."""
+
+from __future__ import annotations
+
+# the metric tables the headline numbers come from (prediction and savings: decoded models)
+HEADLINE_SOURCES = {
+    "r2": "r2.parquet",
+    "parameters": "parameters.parquet",
+    "prediction": "prediction.parquet",
+    "savings": "early_exit_savings.parquet",
+}
+DECODED_ONLY = ("prediction", "savings")
+
+
+def headline_sources(model: str, corpus: str, predicts: bool) -> dict[str, str]:
+    """The tables of one model and corpus that the headline numbers read."""
+    from .. import paths
+
+    return {
+        name: paths.metric(file).format(model=model, corpus=corpus)
+        for name, file in HEADLINE_SOURCES.items()
+        if predicts or name not in DECODED_ONLY
+    }
+
+
+def headline_table(
+    pairs: list[tuple[str, str, bool]], template: str, out: str, landing: str
+) -> None:
+    """The headline table of every (model, corpus, whether the model predicts) in `pairs`, and
+    the landing page: the report's `template` (its text) followed by the headline section."""
+    from ..headline import Tables, headline_rows, headline_table, landing_section
+    from ..io import atomic_path, read_table, write_table
+    from ..logs import ready
+
+    ready()
+    rows = []
+    for model, corpus, predicts in pairs:
+        files = headline_sources(model, corpus, predicts)
+        read = {name: read_table(path) for name, path in files.items()}
+        rows += headline_rows(model, corpus, Tables(**read))
+    table = headline_table(rows)
+    write_table(table, out, csv=True)
+    text = template.rstrip("\n") + "\n\n"
+    with atomic_path(landing) as tmp:
+        tmp.write_text(text + landing_section(table), encoding="utf-8")
