@@ -61,6 +61,8 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
     log = (workdir / "logs/extract_hidden/gpt/mini/train.log").read_text()
     assert "\r" not in log and "Loading weights" not in log
     assert re.search(r"extract: (\d+)/\1 sentences \(100%\)", log)
+    decoding = (workdir / "logs/decode_predictions/gpt/mini.log").read_text()
+    assert "decode: 3/3 layers (100%)" in decoding  # layers 0..2, every method
     # the run ends by saying where its results are and how to get the report
     assert "jtc: done. Tables: results/metrics/" in tiny_first_run.stderr
     assert "--report results/report.html" in tiny_first_run.stderr
@@ -177,6 +179,12 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     # lens; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto), the tuned lens
     # the pairs into the last
     assert ran["fit_map"] == 1 and ran["train_map"] == 1
+    # training reports its progress in the job's log: pairs done, time, time left
+    fit_log = (tmp_path / "logs/fit_map/gpt/mini.log").read_text()
+    assert "train njtc: 3/3 layer pairs (100%)" in fit_log
+    assert "train tuned_lens: 2/2 layer pairs (100%)" in (
+        tmp_path / "logs/train_map/gpt/mini/tuned_lens.log"
+    ).read_text()
     metrics = tmp_path / "results/metrics/gpt/mini"
     r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
     pairs = {
@@ -284,6 +292,8 @@ def test_submodule_shortcuts_run_and_rerun_alone(tiny_run, tmp_path):
         "plot_submodules": 1,
         "all": 1,
     }
+    replacing = (tmp_path / "logs/replace_parts/gpt/mini.log").read_text()
+    assert "replace: 6/6 runs (100%)" in replacing  # 2 jump layers x 3 variants
     metrics = tmp_path / "results/metrics/gpt/mini"
     r2 = pq.read_table(metrics / "parts_r2.parquet").to_pylist()
     assert {(r["block"], r["part"]) for r in r2} == {

@@ -117,6 +117,7 @@ def _trained(
     others the job trains): by MSE (NJTC, N-NJTC), or by KL through `head` (the tuned lens)."""
     import torch
 
+    from ..logs import Progress
     from ..maps import MapWriter
     from ..methods import fitted_targets, rank_of
     from ..train import (
@@ -134,10 +135,13 @@ def _trained(
     reference = None if head is None else lens_reference(head, states[last])
     meta.update(seed=seed, settings=settings)
     summaries = {}
+    targets = settings.get("targets", "last")
+    pairs = sum(len(fitted_targets(method, targets, source, last)) for source in range(last))
+    progress = Progress(pairs, f"train {method}", "layer pairs")
     with MapWriter(out, meta) as maps:
         for source in range(last):
             results = {}
-            for target in fitted_targets(method, settings.get("targets", "last"), source, last):
+            for target in fitted_targets(method, targets, source, last):
                 pair = pair_seed(seed, method, source, target)
                 if head is not None:  # the final prediction is read from the last layer
                     results[target] = train_tuned_lens(
@@ -167,5 +171,6 @@ def _trained(
                     result.seconds,
                 )
                 summaries[f"{source}->{target}"] = result.summary()
+                progress.update(1)
             maps.add(source, {t: r.tensors for t, r in results.items()})
         maps.metadata["training"] = summaries

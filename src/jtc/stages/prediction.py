@@ -27,7 +27,7 @@ def decode_predictions(
     from ..decode import final_reference, score, score_table
     from ..heads import load_decoder_head
     from ..io import read_aligned, read_positions, write_table
-    from ..logs import ready
+    from ..logs import Progress, ready
     from ..maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
@@ -38,6 +38,7 @@ def decode_predictions(
     gold = positions.column("gold_id").to_numpy()
     reference = final_reference(head, read_aligned(val_dir, last, ids, np.float32), top_k)
     tables: dict[str, list] = {method: [] for method in outs}
+    progress = Progress(last + 1, "decode", "layers")
     for layer in range(last + 1):
         states = read_aligned(val_dir, layer, ids, np.float32)
         for method in outs:
@@ -46,6 +47,7 @@ def decode_predictions(
             tables[method].append(score_table(method, layer, ids, scores))
             hits = np.mean(scores["final_rank"] == 1)
             log.info("%s, layer %d: precision@1 %.3f", method, layer, hits)
+        progress.update(1)
     for method, out in outs.items():
         write_table(pa.concat_tables(tables[method]), out)
 

@@ -117,7 +117,7 @@ def replace_parts(
     from ..decode import final_reference, score, score_table
     from ..extract import pad_token_id, prepare_sentences
     from ..io import CorruptFileError, read_aligned, read_positions, read_table, write_table
-    from ..logs import ready
+    from ..logs import Progress, ready
     from ..maps import load_part_maps
     from ..models import load_head, load_model, model_head
     from ..replace import prefix_states, replaced_final_states
@@ -153,6 +153,7 @@ def replace_parts(
     reference = final_reference(head, final, top_k)
     part_maps = load_part_maps(maps)
     tables = []
+    progress = Progress(len(set(jumps)) * len(variants), "replace", "runs")
     for jump in sorted(set(jumps)):
         for variant, parts in variants.items():
             replaced = {k: m for k, m in part_maps.items() if k[1] in parts}
@@ -179,6 +180,7 @@ def replace_parts(
                     len(ids),
                 )
             tables.append(score_table(variant, jump, ids, scores))
+            progress.update(1)
         del prefixes[jump]  # memory: this jump layer's states are done with
     write_table(pa.concat_tables(tables), out)
 
