@@ -26,7 +26,7 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model, save_model
 
-from jtc.adapters import PART_NAMES, get_adapter, part_adapter
+from jtc.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.api import Lens, Shortcuts
 from jtc.decode import Head, final_reference, score, top_tokens
 from jtc.early_exit import layer_arrays, run_with_early_exit
@@ -185,7 +185,7 @@ def test_part_recording_on_the_device_equals_the_cpu(kind):
     """The input and output of every block part, recorded with the model on the device, are
     the CPU's."""
     model, tokenizer = make_model(kind, layers=LAYERS, width=WIDTH)
-    adapter = part_adapter(model.config.model_type)
+    adapter = part_adapter(get_adapter(model.config.model_type))
     inputs, positions = model_inputs(model, tokenizer, kind)
 
     def record(net):
@@ -235,7 +235,7 @@ def test_prefix_and_replaced_runs_on_the_device_equal_the_cpu(kind):
     """The states below each jump layer, and the final states with each variant's parts
     replaced by affine maps after it, are the CPU's when the model is on the device."""
     model, tokenizer = make_model(kind, layers=LAYERS, width=WIDTH)
-    adapter = part_adapter(model.config.model_type)
+    adapter = part_adapter(get_adapter(model.config.model_type))
     inputs, positions = model_inputs(model, tokenizer, kind)
     rng = np.random.default_rng(0)
     maps = {
@@ -493,7 +493,7 @@ def test_submodule_jobs_on_the_device_equal_the_cpu(project, kind, tmp_path):
             )
         assert seen == {device.type}, name
     cpu, dev = tmp_path / "cpu", tmp_path / "device"
-    adapter = part_adapter(read_json(work / "m" / "info.json")["architecture"])
+    adapter = part_adapter(adapter_of(read_json(work / "m" / "info.json")))
     files = [part_file("", *site).name for site in part_sites(LAYERS, adapter.parts)]
     assert_same_states(dev / "parts", cpu / "parts", files)
     replaced = read_table(cpu / "replaced.parquet")

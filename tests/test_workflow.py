@@ -705,13 +705,15 @@ def test_bad_config_changes_nothing_in_existing_results(tiny_run, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
     unknown = tmp_path / "t5"
     unknown.mkdir()
-    (unknown / "config.json").write_text('{"model_type": "t5", "architectures": ["T5Model"]}')
+    (unknown / "config.json").write_text(
+        '{"model_type": "t5", "architectures": ["T5Model"], "is_encoder_decoder": true}'
+    )
     config = read_config(workdir)
     config["models"]["t5"] = {"source": str(unknown)}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
     proc = run_snakemake(workdir, "all", configfile=tmp_path / "bad.yaml", cores=1, check=False)
     assert proc.returncode != 0
-    assert "model 't5': no adapter for architecture 't5'; supported: bert, gpt2" in proc.stderr
+    assert "model 't5': architecture 't5' is an encoder-decoder model" in proc.stderr
     after = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*")}
     assert after == before
 

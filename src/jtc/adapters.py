@@ -9,19 +9,79 @@ so that the workflow can check architectures while it plans.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
 
 # transformers classes that carry a masked-LM head (a causal LM class always carries its head)
 MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
-TASK_NAMES = {"causal": "next-token prediction", "masked": "masked-token prediction"}
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+TASK_NAMES = {
+    "causal": "next-token prediction",
+    "masked": "masked-token prediction",
+    None: "token prediction",
+}
 
 
 class UnsupportedArchitecture(ValueError):
     """A model type with no adapter."""
+
+
+# transformers' model types that are language models but not stacks of attention blocks
+NOT_TRANSFORMERS = frozenset(
+    {
+        "mamba",
+        "mamba2",
+        "falcon_mamba",
+        "rwkv",
+        "xlstm",
+        "recurrent_gemma",
+        "jamba",
+        "zamba",
+        "zamba2",
+        "bamba",
+        "falcon_h1",
+        "granitemoehybrid",
+        "lfm2",
+        "nemotron_h",
+    }
+)
+
+
+def encoder_decoder_message(model_type: str) -> str:
+    return (
+        f"architecture '{model_type}' is an encoder-decoder model: jtc reads one stack of "
+        "transformer blocks (decoder-only causal LMs such as GPT-2 or Llama, encoders such as "
+        "BERT)"
+    )
+
+
+def not_transformer_message(model_type: str) -> str:
+    return (
+        f"architecture '{model_type}' is a state-space or recurrent model, not a stack of "
+        "attention blocks: jtc reads transformer blocks (decoder-only causal LMs, encoders)"
+    )
+
+
+def architecture_problem(model_type: str, config: dict[str, Any]) -> str | None:
+    """What rules a model out from its config alone (no torch): an encoder-decoder, a
+    state-space or recurrent model."""
+    if config.get("is_encoder_decoder"):
+        return encoder_decoder_message(model_type)
+    if model_type in NOT_TRANSFORMERS:
+        return not_transformer_message(model_type)
+    return None
+
+
+def task_from_classes(architectures: Sequence[str]) -> str | None:
+    """The task of a checkpoint's transformers classes (None for a bare backbone or none)."""
+    if any(a.endswith(CAUSAL_SUFFIXES) for a in architectures):
+        return "causal"
+    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in architectures):
+        return "masked"
+    return None
 
 
 # The parts of a block, by role, the same names for every architecture:
@@ -58,17 +118,49 @@ class Part:
 class Adapter:
     name: str
     task: str  # "causal" (next-token) or "masked" (masked-token)
-    backbone_attr: str  # attribute of a *For... model that holds the bare backbone
+    backbone_attr: str  # attribute of a *For... model that holds the bare backbone ("": itself)
     blocks_path: str  # dotted path from the backbone to the list of blocks
-    final_norm_attr: str | None  # backbone attribute of the norm applied after the last block
-    # decoder head D(h) = unembedding(transform(h)); paths are dotted, from the *For... model.
-    # head_transform None means the final norm (GPT-2 ln_f, Llama norm).
-    head_transform_path: str | None
-    unembedding_path: str  # an nn.Linear: weight (vocab, width), optional bias
+    final_norm_attr: str | None  # dotted path from the backbone: the norm after the last block
+    # decoder head D(h) = unembedding(transform(h)), transform = the final norm, then the
+    # modules of head_transform in order (dotted paths from the *For... model: BERT's
+    # cls.predictions.transform), then, with head_capture, that module run whole and the input
+    # its unembedding receives taken (RoBERTa's lm_head: its activation is a function call)
+    head_transform: tuple[str, ...]
+    unembedding_path: str  # an nn.Linear: weight (vocab, width), optional bias ("": none)
     parts: tuple[Part, ...] = ()  # the block parts (PART_NAMES) for sub-module shortcuts
+    head_capture: str | None = None
+    logit_scale: float = 1.0  # a constant the model multiplies its logits by (Cohere)
+    # c in c·tanh(logits / c), Gemma 2's final_logit_softcapping: a non-linear head, which
+    # jtc's decoding (a linear unembedding) does not support
+    logit_softcap: float | None = None
+
+    def decoding_problem(self) -> str | None:
+        """Why this head cannot be decoded by jtc (None: it can)."""
+        if self.logit_softcap:
+            return (
+                f"architecture '{self.name}' soft-caps its logits ({self.logit_softcap}·tanh("
+                f"logits / {self.logit_softcap}), final_logit_softcapping): jtc's decoding "
+                "needs logits linear in the final features, so prediction, early exit and the "
+                "tuned lens are not supported for it; set predict: false to fit and score maps "
+                "by r² only"
+            )
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["head_transform"] = list(self.head_transform)
+        data["parts"] = [asdict(p) for p in self.parts]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Adapter:
+        data = dict(data)
+        data["head_transform"] = tuple(data.get("head_transform", ()))
+        data["parts"] = tuple(Part(**p) for p in data.get("parts", ()))
+        return cls(**data)
 
     def backbone(self, model: nn.Module) -> nn.Module:
-        return getattr(model, self.backbone_attr, model)
+        return getattr(model, self.backbone_attr, model) if self.backbone_attr else model
 
     def blocks(self, model: nn.Module) -> nn.ModuleList:
         return _lookup(self.backbone(model), self.blocks_path)
@@ -94,15 +186,43 @@ class Adapter:
     def final_norm(self, model: nn.Module) -> nn.Module | None:
         if self.final_norm_attr is None:
             return None
-        return getattr(self.backbone(model), self.final_norm_attr)
+        return _lookup(self.backbone(model), self.final_norm_attr)
 
     def head(self, model: nn.Module) -> tuple[nn.Module | None, nn.Module]:
-        """(transform, unembedding) of the decoder head; AttributeError when the model has none."""
-        if self.head_transform_path is None:
-            transform = self.final_norm(model)
-        else:
-            transform = _lookup(model, self.head_transform_path)
-        return transform, _lookup(model, self.unembedding_path)
+        """(transform, unembedding) of the decoder head; AttributeError when the model has none.
+        The transform is the model's own module where it is one (a final norm, BERT's
+        transform), else a jtc.headchain.HeadChain of the model's modules."""
+        if not self.unembedding_path:
+            raise AttributeError(f"architecture '{self.name}' as loaded has no decoder head")
+        unembedding = _lookup(model, self.unembedding_path)
+        norm = self.final_norm(model)
+        steps = [norm] if norm is not None else []
+        steps += [_lookup(model, path) for path in self.head_transform]
+        capture = None if self.head_capture is None else _lookup(model, self.head_capture)
+        if capture is None and len(steps) <= 1:
+            return (steps[0] if steps else None), unembedding
+        from .headchain import HeadChain
+
+        return HeadChain(steps, capture, unembedding), unembedding
+
+    def head_modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
+        """(path from the model, module) of every module the head reads weights from."""
+        paths = []
+        if self.final_norm_attr is not None:
+            prefix = f"{self.backbone_attr}." if self.backbone_attr else ""
+            paths.append(prefix + self.final_norm_attr)
+        paths += list(self.head_transform)
+        if self.head_capture is not None:
+            paths.append(self.head_capture)
+        paths.append(self.unembedding_path)
+        return [(path, _lookup(model, path)) for path in paths]
+
+    def describe_head(self) -> str:
+        steps = [f"norm {self.final_norm_attr}" if self.final_norm_attr else "no final norm"]
+        steps += list(self.head_transform)
+        if self.head_capture:
+            steps.append(f"{self.head_capture} (its {self.unembedding_path} input)")
+        return " -> ".join([*steps, self.unembedding_path])
 
     def has_head(self, architectures: Sequence[str]) -> bool:
         """Whether a checkpoint of these transformers classes loads with a decoder head."""
@@ -130,7 +250,7 @@ _GPT2 = Adapter(
     "transformer",
     "h",
     "ln_f",
-    None,
+    (),
     "lm_head",
     (Part("attn_norm", "ln_1"), Part("attn", "attn"), Part("ffn_norm", "ln_2"), Part("ffn", "mlp")),
 )
@@ -140,7 +260,7 @@ _LLAMA = Adapter(
     "model",
     "layers",
     "norm",
-    None,
+    (),
     "lm_head",
     (
         Part("attn_norm", "input_layernorm"),
@@ -155,7 +275,7 @@ _BERT = Adapter(
     "bert",
     "encoder.layer",
     None,
-    "cls.predictions.transform",
+    ("cls.predictions.transform",),
     "cls.predictions.decoder",
     (
         Part("attn", "attention.self", "attention.output.dense"),
@@ -184,19 +304,27 @@ def get_adapter(model_type: str) -> Adapter:
         ) from None
 
 
-def part_adapter(model_type: str) -> Adapter:
-    """The adapter of an architecture whose block parts are known (sub-module shortcuts)."""
-    adapter = get_adapter(model_type)
+def adapter_of(info: dict[str, Any]) -> Adapter:
+    """The adapter of a cached model: the one found when it was cached (info.json's
+    "adapter"), or for a cache written before adapters were stored, the declared one."""
+    if "adapter" in info:
+        return Adapter.from_json(info["adapter"])
+    return get_adapter(info["architecture"])
+
+
+def part_adapter(adapter: Adapter) -> Adapter:
+    """The adapter itself if its block parts are known (sub-module shortcuts)."""
     if not adapter.parts:
-        supported = sorted(name for name, a in ADAPTERS.items() if a.parts)
         raise UnsupportedArchitecture(
-            f"architecture '{model_type}' has no block-part adapter for sub-module shortcuts; "
-            f"supported: {', '.join(supported)}"
+            f"architecture '{adapter.name}' has no separable block parts for sub-module "
+            "shortcuts: its blocks are not pre-norm attention then feed-forward sub-layers, "
+            "each with its own residual add (e.g. attention and MLP read the same input in "
+            "parallel, as in GPT-J, GPT-NeoX, Falcon, Phi or Cohere)"
         )
     return adapter
 
 
-def missing_head_message(model: str, task: str, model_class: str) -> str:
+def missing_head_message(model: str, task: str | None, model_class: str) -> str:
     """The error for a model asked to predict tokens without a decoder head."""
     return (
         f"model '{model}' ({model_class}) has no decoder head, so it cannot be evaluated on "

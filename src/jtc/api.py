@@ -327,13 +327,13 @@ class Lens:
     """A model, its decoder head and shortcuts: what each layer predicts on new text."""
 
     def __init__(self, model, tokenizer, info: dict[str, Any], shortcuts: list[Shortcuts]):
-        from .adapters import get_adapter
+        from .adapters import adapter_of
         from .models import model_head
 
         for shortcut in shortcuts:
             shortcut.check_model(info)
         self.model, self.tokenizer, self.info = model, tokenizer, info
-        self.adapter = get_adapter(info["architecture"])
+        self.adapter = adapter_of(info)
         self.head = model_head(model, info, info.get("name", "model"))
         self.shortcuts = {s.method: s for s in shortcuts}
 
@@ -370,7 +370,7 @@ class Lens:
         from .models import load_from_source
 
         spec = {"source": source, "trust_remote_code": trust_remote_code}
-        model, tokenizer, _ = load_from_source(Path(source).name or source, spec)
+        model, tokenizer, _, _ = load_from_source(Path(source).name or source, spec)
         return cls.from_model(model, tokenizer, shortcuts, name=Path(source).name or source)
 
     @classmethod

@@ -38,24 +38,31 @@ class NoDecoderHead(ValueError):
 class Head:
     """The decoder head of a model, split into a transform and a linear unembedding."""
 
-    def __init__(self, transform: nn.Module | None, unembedding: nn.Module):
+    def __init__(self, transform: nn.Module | None, unembedding: nn.Module, scale: float = 1.0):
         # decoding runs in float32 whatever the model's dtype: a copy of a bfloat16/float16 head
         if transform is not None and any(p.dtype != torch.float32 for p in transform.parameters()):
             transform = copy.deepcopy(transform).float()
         self.transform = transform
-        self.weight: torch.Tensor = unembedding.weight.detach().float()  # (vocab, width)
+        # (vocab, width); a constant the model multiplies its logits by is folded in
+        self.weight: torch.Tensor = unembedding.weight.detach().float()
         bias = getattr(unembedding, "bias", None)
         self.bias: torch.Tensor | None = None if bias is None else bias.detach().float()
+        if scale != 1.0:
+            self.weight = self.weight * scale
+            self.bias = None if self.bias is None else self.bias * scale
 
     @classmethod
     def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:
+        problem = adapter.decoding_problem()
+        if problem:
+            raise NoDecoderHead(f"model '{name}': {problem}")
         try:
             transform, unembedding = adapter.head(model)
         except AttributeError:
             raise NoDecoderHead(
                 missing_head_message(name, adapter.task, type(model).__name__)
             ) from None
-        return cls(transform, unembedding)
+        return cls(transform, unembedding, adapter.logit_scale)
 
     @property
     def device(self) -> torch.device:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from .adapters import Adapter, Part, get_adapter, part_adapter
+from .adapters import Adapter, Part, adapter_of, part_adapter
 from .io import StateWriter, layer_file, part_file, write_json, write_table
 from .logs import Progress
 
@@ -254,7 +254,7 @@ def prepare_sentences(
         tokenizer,
         sentences.column("text").to_pylist(),
         sentences.column("sentence_id").to_numpy(),
-        get_adapter(info["architecture"]).task,
+        adapter_of(info).task,
         seed,
         limit,
         info.get("mask_token_id"),
@@ -286,11 +286,11 @@ def extract(
     block part: block_001.attn.in.parquet, ...), positions.parquet and info.json into `out_dir`."""
     prepared, limit = prepare_sentences(tokenizer, info, sentences, seed, max_tokens)
     if parts:
-        adapter = part_adapter(info["architecture"])
+        adapter = part_adapter(adapter_of(info))
         sites = part_sites(info["num_layers"], adapter.parts)
         files = [part_file(out_dir, *site) for site in sites]
     else:
-        adapter = get_adapter(info["architecture"])
+        adapter = adapter_of(info)
         files = [layer_file(out_dir, layer) for layer in range(info["num_layers"] + 1)]
     n_sites = len(files)
     width = info["hidden_size"]

@@ -145,21 +145,26 @@ def _build(description: dict[str, Any], tensor: Any, device: torch.device) -> He
         for local, names in description["unembedding"].items()
     }
     transform = PlainTransform(ops, buffers) if ops else None
-    return Head(transform, Unembedding(unembedding["weight"], unembedding.get("bias")))
+    scale = description.get("scale", 1.0)
+    return Head(transform, Unembedding(unembedding["weight"], unembedding.get("bias")), scale)
 
 
-def describe(model: nn.Module, transform: nn.Module | None, unembedding: nn.Module) -> dict | None:
+def describe(
+    model: nn.Module, transform: nn.Module | None, unembedding: nn.Module, scale: float = 1.0
+) -> dict | None:
     """The head of a loaded model as operations over its tensors' names (every name of each,
     for tied weights), or None where it is not recognised or does not reproduce the model's
-    own logits on random states."""
+    own logits on random states. `scale`: a constant the model multiplies its logits by."""
     names = parameter_names(model)
     ops = _transform_ops(transform, names, getattr(model.config, "hidden_act", None))
     if ops is None or not isinstance(getattr(unembedding, "weight", None), torch.Tensor):
         return None
     description = {"transform": ops, "unembedding": _tensors(unembedding, names)}
+    if scale != 1.0:
+        description["scale"] = scale
     by_name = dict(_named_tensors(model))
     plain = _build(description, lambda ns: by_name[ns[0]].detach(), torch.device("cpu"))
-    own = Head(transform, unembedding)
+    own = Head(transform, unembedding, scale)
     width = own.weight.shape[1]
     generator = torch.Generator().manual_seed(0)
     states = torch.randn(CHECK_ROWS, width, generator=generator) * math.sqrt(width) / 8

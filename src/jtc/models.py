@@ -21,19 +21,57 @@ from transformers import (
     PreTrainedModel,
 )
 
-from .adapters import get_adapter
+from .adapters import (
+    ADAPTERS,
+    MLM_HEAD_SUFFIXES,
+    NOT_TRANSFORMERS,
+    Adapter,
+    UnsupportedArchitecture,
+    adapter_of,
+    encoder_decoder_message,
+    not_transformer_message,
+    task_from_classes,
+)
 from .decode import Head
+from .discover import find_adapter
 from .heads import describe, parameter_names
 from .io import CorruptFileError, atomic_dir, read_json
 from .manifest import check_manifest, write_manifest
 from .sources import Candidate, ModelSourceError, candidates
 
 
+def task_of(config: transformers.PretrainedConfig) -> str:
+    """ "causal" or "masked": from a declared adapter, the checkpoint's classes, or the
+    language-model classes transformers has for the model type."""
+    model_type = str(config.model_type)
+    if model_type in ADAPTERS:
+        return ADAPTERS[model_type].task
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedArchitecture(encoder_decoder_message(model_type))
+    if model_type in NOT_TRANSFORMERS:
+        raise UnsupportedArchitecture(not_transformer_message(model_type))
+    task = task_from_classes(config.architectures or [])
+    if task is not None:
+        return task
+    from transformers.models.auto import modeling_auto
+
+    if model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(
+        config, "is_decoder", False
+    ):
+        return "masked"
+    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "causal"
+    raise UnsupportedArchitecture(
+        f"architecture '{model_type}': transformers has no causal or masked language-model "
+        "class for it; jtc reads decoder-only causal LMs and encoders (masked LMs)"
+    )
+
+
 def _auto_class(config: transformers.PretrainedConfig) -> type:
-    adapter = get_adapter(config.model_type)
-    if adapter.task == "causal":
+    task = task_of(config)
+    if task == "causal":
         return AutoModelForCausalLM
-    if adapter.has_head(config.architectures or []):
+    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in config.architectures or []):
         return AutoModelForMaskedLM
     return AutoModel
 
@@ -88,20 +126,22 @@ def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
     if cand.revision:
         kwargs["revision"] = cand.revision
     config = AutoConfig.from_pretrained(cand.location, **kwargs)
-    get_adapter(config.model_type)  # fail early on an unsupported architecture
+    task = task_of(config)  # fails early on an unsupported architecture
     model = _auto_class(config).from_pretrained(cand.location, dtype=DTYPES[dtype], **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(cand.location, **kwargs)
-    return model.eval(), tokenizer
+    return model.eval(), tokenizer, find_adapter(model.eval(), task)
 
 
 def load_from_source(name: str, spec: dict[str, Any]):
-    """Load (model, tokenizer, candidate) from the first source that works."""
+    """Load (model, tokenizer, candidate, adapter) from the first source that works."""
     cands, tried = candidates(spec)
     for cand in cands:
         try:
             trust = bool(spec.get("trust_remote_code", False))
-            model, tokenizer = _load(cand, trust, spec.get("dtype", "float32"))
-            return model, tokenizer, cand
+            model, tokenizer, adapter = _load(cand, trust, spec.get("dtype", "float32"))
+            return model, tokenizer, cand, adapter
+        except UnsupportedArchitecture as exc:  # the same wherever the weights come from
+            raise UnsupportedArchitecture(f"model '{name}': {exc}") from None
         except Exception as exc:  # noqa: BLE001 - each failure is reported to the user
             reason = " ".join(str(exc).split())[:300]
             tried.append(f"{cand.describe()} ({type(exc).__name__}: {reason})")
@@ -111,17 +151,20 @@ def load_from_source(name: str, spec: dict[str, Any]):
     )
 
 
-def has_decoder_head(model: PreTrainedModel) -> bool:
+def has_decoder_head(model: PreTrainedModel, adapter: Adapter) -> bool:
     try:
-        get_adapter(model.config.model_type).head(model)
+        adapter.head(model)
     except AttributeError:
         return False
     return True
 
 
-def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dict[str, Any]:
+def model_info(
+    name: str, model: PreTrainedModel, tokenizer, source: str, adapter: Adapter | None = None
+) -> dict[str, Any]:
+    """What info.json says of a loaded model (`adapter`: found from the model if not given)."""
     config = model.config
-    adapter = get_adapter(config.model_type)
+    adapter = adapter or find_adapter(model, task_of(config))
     blocks = adapter.blocks(model)
     max_pos = getattr(config, "max_position_embeddings", None) or getattr(
         config, "n_positions", None
@@ -133,7 +176,8 @@ def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dic
         "architecture": config.model_type,
         "model_class": type(model).__name__,
         "task": adapter.task,
-        "has_lm_head": has_decoder_head(model),
+        "has_lm_head": has_decoder_head(model, adapter),
+        "adapter": adapter.to_json(),
         "num_layers": len(blocks),
         "hidden_size": int(config.hidden_size),
         "vocab_size": int(embed.num_embeddings),
@@ -148,7 +192,7 @@ def model_info(name: str, model: PreTrainedModel, tokenizer, source: str) -> dic
 
 def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`."""
-    model, tokenizer, cand = load_from_source(name, spec)
+    model, tokenizer, cand, adapter = load_from_source(name, spec)
     config = model.config
     if hasattr(config, "quantization_config"):  # GGUF weights are dequantised on load
         del config.quantization_config
@@ -156,14 +200,14 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         config.save_pretrained(tmp)
         save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(tmp)
-        info = model_info(name, model, tokenizer, cand.describe())
+        info = model_info(name, model, tokenizer, cand.describe(), adapter)
         info["dtype"] = spec.get("dtype", "float32")
         try:
-            transform, unembedding = get_adapter(config.model_type).head(model)
+            transform, unembedding = adapter.head(model)
         except AttributeError:  # no decoder head (r² only)
             pass
         else:  # the head as plain operations, for the jobs that only decode (jtc.heads)
-            head = describe(model, transform, unembedding)
+            head = describe(model, transform, unembedding, adapter.logit_scale)
             if head is not None:
                 info["head"] = head
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -206,7 +250,7 @@ def load_model(model_dir: str | Path, threads: int, device_map: str | None = Non
 
 def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
     """The decoder head of a loaded model (NoDecoderHead, naming `name`, if it has none)."""
-    return Head.from_model(net, get_adapter(info["architecture"]), name)
+    return Head.from_model(net, adapter_of(info), name)
 
 
 def _materialise(module: torch.nn.Module, path: str, names, weights, device: torch.device) -> None:
@@ -215,7 +259,13 @@ def _materialise(module: torch.nn.Module, path: str, names, weights, device: tor
     the cache stores it once (a tied head and embedding)."""
     stored_names = set(weights.keys())
     wanted = {}
-    for local, tensor in [*module.named_parameters(), *module.named_buffers()]:
+    # every name of every tensor: to_empty below unties tied tensors (RoBERTa's lm_head.bias
+    # and lm_head.decoder.bias), so each name gets its own copy of the stored values
+    named = [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+    for local, tensor in named:
         own = f"{path}.{local}" if path else local
         stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
         if stored:
@@ -237,20 +287,22 @@ def load_head(model_dir: str | Path, name: str, threads: int):
     check_manifest(model_dir)
     info = read_json(model_dir / "info.json")
     config = AutoConfig.from_pretrained(model_dir)
-    adapter = get_adapter(info["architecture"])
+    adapter = adapter_of(info)
     with torch.device("meta"):
         skeleton = _auto_class(config).from_config(config, dtype=torch.float32)
     try:
-        transform, unembedding = adapter.head(skeleton)
+        modules = adapter.head_modules(skeleton)
     except AttributeError:
         model_head(skeleton, info, name)  # raises NoDecoderHead, naming the model
         raise
     device = job_device()
     names = parameter_names(skeleton)
-    paths = {id(m): p for p, m in skeleton.named_modules(remove_duplicate=False)}
     with safe_open(model_dir / "model.safetensors", "pt") as weights:
-        for module in (transform, unembedding):
-            if module is not None:
-                _materialise(module, paths[id(module)], names, weights, device)
+        done: list[str] = []
+        for path, module in modules:
+            if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
+                _materialise(module, path, names, weights, device)
+                done.append(path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return Head(transform, unembedding), tokenizer, info
+    transform, unembedding = adapter.head(skeleton)
+    return Head(transform, unembedding, adapter.logit_scale), tokenizer, info

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .adapters import UnsupportedArchitecture, missing_head_message, part_adapter
+from .adapters import UnsupportedArchitecture, adapter_of, missing_head_message, part_adapter
 from .config import ConfigError, check_config_file, layer_problem, rank_problem, validate_config
 from .corpus import input_problem, size_problem
 from .parts import jump_problem
@@ -59,7 +59,7 @@ def resolved_problem(
         return f"invalid configuration: {problem}"
     if parts:
         try:
-            part_adapter(info["architecture"])
+            part_adapter(adapter_of(info))
         except UnsupportedArchitecture as err:
             return f"model '{name}': {err}"
         problem = jump_problem(name, info["num_layers"], config["submodules"]["jump_layers"])
@@ -68,6 +68,9 @@ def resolved_problem(
     if predict or parts:
         if not info["has_lm_head"]:
             return missing_head_message(name, info["task"], info["model_class"])
+        problem = adapter_of(info).decoding_problem()
+        if problem:
+            return f"model '{name}': {problem}"
         problem = layer_problem(name, info["num_layers"], config)
         if problem:
             return f"invalid configuration: {problem}"

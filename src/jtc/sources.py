@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .adapters import UnsupportedArchitecture, get_adapter, missing_head_message, part_adapter
+from .adapters import (
+    ADAPTERS,
+    UnsupportedArchitecture,
+    architecture_problem,
+    missing_head_message,
+    part_adapter,
+    task_from_classes,
+)
 
 
 class ModelSourceError(RuntimeError):
@@ -137,13 +144,19 @@ def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
     config = local_config(spec)
     if config is None:
         return None
-    try:
-        adapter = get_adapter(str(config.get("model_type")))
-    except UnsupportedArchitecture as err:
-        return f"model '{name}': {err}"
+    model_type = str(config.get("model_type"))
+    problem = architecture_problem(model_type, config)
+    if problem:
+        return f"model '{name}': {problem}"
     architectures = config.get("architectures") or []
-    if spec.get("predict", True) and not adapter.has_head(architectures):
-        return missing_head_message(name, adapter.task, "/".join(architectures) or "no head class")
+    declared = ADAPTERS.get(model_type)
+    if declared is not None:
+        task, has_head = declared.task, declared.has_head(architectures)
+    else:  # found when the model is cached; a checkpoint's classes tell whether it has a head
+        task = task_from_classes(architectures)
+        has_head = task is not None or not architectures
+    if spec.get("predict", True) and not has_head:
+        return missing_head_message(name, task, "/".join(architectures) or "no head class")
     return None
 
 
@@ -152,8 +165,11 @@ def part_problem(name: str, spec: dict[str, Any]) -> str | None:
     config = local_config(spec)
     if config is None:
         return None
+    declared = ADAPTERS.get(str(config.get("model_type")))
+    if declared is None:
+        return None  # known once the model is cached (jtc.planning.resolved_problem)
     try:
-        part_adapter(str(config.get("model_type")))
+        part_adapter(declared)
     except UnsupportedArchitecture as err:
         return f"model '{name}': {err}"
     return None

@@ -113,7 +113,7 @@ def replace_parts(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..adapters import part_adapter
+    from ..adapters import adapter_of, part_adapter
     from ..decode import final_reference, score, score_table
     from ..extract import pad_token_id, prepare_sentences
     from ..io import CorruptFileError, read_aligned, read_positions, read_table, write_table
@@ -123,7 +123,7 @@ def replace_parts(
     from ..replace import prefix_states, replaced_final_states
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
-    adapter = part_adapter(info["architecture"])
+    adapter = part_adapter(adapter_of(info))
     # a model spread over GPUs (device_map) may hold its head across devices: read it whole
     head = load_head(model_dir, model, threads)[0] if device_map else model_head(net, info, model)
     ready()
