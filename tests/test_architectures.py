@@ -194,3 +194,16 @@ def test_a_soft_capped_head_is_refused_for_prediction_only():
         from transformers import T5Config
 
         task_of(T5Config())
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "mistral", "qwen2"])
+def test_discovery_finds_what_the_declared_adapters_say(model_type):
+    from jtc.adapters import ADAPTERS
+    from jtc.discover import discover
+
+    model, task = build(model_type, 120)
+    found, declared = discover(model, task), ADAPTERS[model_type]
+    for field in ("task", "backbone_attr", "blocks_path", "final_norm_attr", "unembedding_path"):
+        assert getattr(found, field) == getattr(declared, field), field
+    assert found.head_transform == declared.head_transform == ()
+    assert found.parts == declared.parts
