@@ -146,9 +146,6 @@ def test_every_stage_runs_on_the_architecture(model_type, sentences, tmp_path):
         corpus="mini",
         threads=1,
     )
-    if adapter.logit_softcap:  # (Gemma 2) r² only: prediction is refused, saying why
-        assert "soft-caps its logits" in adapter.decoding_problem()
-        return
     # the head on h_L gives the model's own logits, built from the model or from the cache
     for head in (Head.from_model(net, adapter), load_decoder_head(cached, "m", 1)):
         with torch.no_grad():
@@ -181,15 +178,25 @@ def test_models_that_are_not_decoder_or_encoder_stacks_are_named(model_type, con
     assert message in architecture_problem(model_type, config)
 
 
-def test_a_soft_capped_head_is_refused_for_prediction_only():
-    model, task = build("gemma2", 120)
+def test_a_soft_capped_head_is_decoded_with_its_cap():
+    """Gemma 2's logits are c·tanh(z / c): the head applies the cap, and the KL of every layer
+    equals the KL computed from the whole distributions (not the linear shortcut)."""
+    from jtc.decode import final_reference, score
     from jtc.discover import find_adapter
 
+    model, task = build("gemma2", 120)
     adapter = find_adapter(model, task)
-    assert adapter.logit_softcap == model.config.final_logit_softcapping
-    assert "soft-caps its logits" in adapter.decoding_problem()
-    with pytest.raises(Exception, match="soft-caps its logits"):
-        Head.from_model(model, adapter, "g")
+    assert adapter.logit_softcap == model.config.final_logit_softcapping == 0.5
+    head = Head.from_model(model, adapter)
+    generator = torch.Generator().manual_seed(0)
+    final, layer = torch.randn(2, 16, 32, generator=generator) * 3
+    with torch.no_grad():
+        capped = head.logits(layer)
+        assert capped.abs().max() <= 0.5  # the cap applied
+        reference = final_reference(head, final.numpy(), 10)
+        scores = score(head, reference, layer.numpy(), np.full(16, -1))
+        p, q = torch.log_softmax(head.logits(final), 1), torch.log_softmax(capped, 1)
+    close(scores["kl"], (p.exp() * (p - q)).sum(1).numpy(), tol=1e-5)
     with pytest.raises(UnsupportedArchitecture, match="encoder-decoder"):
         from transformers import T5Config
 

@@ -130,21 +130,8 @@ class Adapter:
     parts: tuple[Part, ...] = ()  # the block parts (PART_NAMES) for sub-module shortcuts
     head_capture: str | None = None
     logit_scale: float = 1.0  # a constant the model multiplies its logits by (Cohere)
-    # c in c·tanh(logits / c), Gemma 2's final_logit_softcapping: a non-linear head, which
-    # jtc's decoding (a linear unembedding) does not support
+    # c in c·tanh(logits / c): Gemma 2's final_logit_softcapping (None: logits as they are)
     logit_softcap: float | None = None
-
-    def decoding_problem(self) -> str | None:
-        """Why this head cannot be decoded by jtc (None: it can)."""
-        if self.logit_softcap:
-            return (
-                f"architecture '{self.name}' soft-caps its logits ({self.logit_softcap}·tanh("
-                f"logits / {self.logit_softcap}), final_logit_softcapping): jtc's decoding "
-                "needs logits linear in the final features, so prediction, early exit and the "
-                "tuned lens are not supported for it; set predict: false to fit and score maps "
-                "by r² only"
-            )
-        return None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -38,7 +38,13 @@ class NoDecoderHead(ValueError):
 class Head:
     """The decoder head of a model, split into a transform and a linear unembedding."""
 
-    def __init__(self, transform: nn.Module | None, unembedding: nn.Module, scale: float = 1.0):
+    def __init__(
+        self,
+        transform: nn.Module | None,
+        unembedding: nn.Module,
+        scale: float = 1.0,
+        softcap: float | None = None,
+    ):
         # decoding runs in float32 whatever the model's dtype: a copy of a bfloat16/float16 head
         if transform is not None and any(p.dtype != torch.float32 for p in transform.parameters()):
             transform = copy.deepcopy(transform).float()
@@ -50,19 +56,23 @@ class Head:
         if scale != 1.0:
             self.weight = self.weight * scale
             self.bias = None if self.bias is None else self.bias * scale
+        # logits = c·tanh(W f / c) for a model that soft-caps them (Gemma 2), else W f
+        self.softcap = softcap or None
+
+    def _cap(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.softcap is None:
+            return logits
+        return self.softcap * torch.tanh(logits / self.softcap)
 
     @classmethod
     def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:
-        problem = adapter.decoding_problem()
-        if problem:
-            raise NoDecoderHead(f"model '{name}': {problem}")
         try:
             transform, unembedding = adapter.head(model)
         except AttributeError:
             raise NoDecoderHead(
                 missing_head_message(name, adapter.task, type(model).__name__)
             ) from None
-        return cls(transform, unembedding, adapter.logit_scale)
+        return cls(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
 
     @property
     def device(self) -> torch.device:
@@ -80,7 +90,7 @@ class Head:
         return states if self.transform is None else self.transform(states)
 
     def unembed(self, features: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(features, self.weight, self.bias)
+        return self._cap(nn.functional.linear(features, self.weight, self.bias))
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         return self.unembed(self.features(states))
@@ -88,7 +98,7 @@ class Head:
     def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The logit of one token per row, without the whole-vocabulary product."""
         logit = (self.weight[tokens] * features).sum(1)
-        return logit if self.bias is None else logit + self.bias[tokens]
+        return self._cap(logit if self.bias is None else logit + self.bias[tokens])
 
 
 @dataclass
@@ -162,14 +172,18 @@ def score(
         gold = gold_all[rows].to(head.device)
         has_gold = gold >= 0
         gold_logit = logits.gather(1, gold.clamp(min=0)[:, None])[:, 0]
+        if head.softcap is None:  # E_final[logit], linear in the features: O(width) a row
+            expected_logit = (reference.expected_weight[rows] * feats).sum(1)
+            expected_logit = expected_logit + reference.expected_bias[rows]
+        else:  # soft-capped logits are not: the final distribution decoded again
+            final = torch.softmax(head.unembed(reference.features[rows]), dim=1)
+            expected_logit = (final * logits).sum(1)
         # log-sum-exp in place: the logits are not needed after this
         log_norm = top_vals[:, 0] + logits.sub_(top_vals[:, :1]).exp_().sum(1).log_()
         top1 = top_ids[:, 0]
         matches = reference.top_ids[rows] == top1[:, None]
         rank = torch.where(matches.any(1), matches.int().argmax(1) + 1, 0)
         final_top1_logit = head.token_logit(reference.features[rows], top1)
-        expected_logit = (reference.expected_weight[rows] * feats).sum(1)
-        expected_logit = expected_logit + reference.expected_bias[rows]
         kl = reference.neg_entropy[rows] - (expected_logit - log_norm)
         values = {
             "top1_id": top1,

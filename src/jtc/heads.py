@@ -145,16 +145,22 @@ def _build(description: dict[str, Any], tensor: Any, device: torch.device) -> He
         for local, names in description["unembedding"].items()
     }
     transform = PlainTransform(ops, buffers) if ops else None
-    scale = description.get("scale", 1.0)
-    return Head(transform, Unembedding(unembedding["weight"], unembedding.get("bias")), scale)
+    scale, softcap = description.get("scale", 1.0), description.get("softcap")
+    unembed = Unembedding(unembedding["weight"], unembedding.get("bias"))
+    return Head(transform, unembed, scale, softcap)
 
 
 def describe(
-    model: nn.Module, transform: nn.Module | None, unembedding: nn.Module, scale: float = 1.0
+    model: nn.Module,
+    transform: nn.Module | None,
+    unembedding: nn.Module,
+    scale: float = 1.0,
+    softcap: float | None = None,
 ) -> dict | None:
     """The head of a loaded model as operations over its tensors' names (every name of each,
     for tied weights), or None where it is not recognised or does not reproduce the model's
-    own logits on random states. `scale`: a constant the model multiplies its logits by."""
+    own logits on random states. `scale`: a constant the model multiplies its logits by;
+    `softcap`: c of c·tanh(logits / c)."""
     names = parameter_names(model)
     ops = _transform_ops(transform, names, getattr(model.config, "hidden_act", None))
     if ops is None or not isinstance(getattr(unembedding, "weight", None), torch.Tensor):
@@ -162,9 +168,11 @@ def describe(
     description = {"transform": ops, "unembedding": _tensors(unembedding, names)}
     if scale != 1.0:
         description["scale"] = scale
+    if softcap:
+        description["softcap"] = softcap
     by_name = dict(_named_tensors(model))
     plain = _build(description, lambda ns: by_name[ns[0]].detach(), torch.device("cpu"))
-    own = Head(transform, unembedding, scale)
+    own = Head(transform, unembedding, scale, softcap)
     width = own.weight.shape[1]
     generator = torch.Generator().manual_seed(0)
     states = torch.randn(CHECK_ROWS, width, generator=generator) * math.sqrt(width) / 8

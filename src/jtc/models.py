@@ -207,7 +207,9 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         except AttributeError:  # no decoder head (r² only)
             pass
         else:  # the head as plain operations, for the jobs that only decode (jtc.heads)
-            head = describe(model, transform, unembedding, adapter.logit_scale)
+            head = describe(
+                model, transform, unembedding, adapter.logit_scale, adapter.logit_softcap
+            )
             if head is not None:
                 info["head"] = head
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -305,4 +307,5 @@ def load_head(model_dir: str | Path, name: str, threads: int):
                 done.append(path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     transform, unembedding = adapter.head(skeleton)
-    return Head(transform, unembedding, adapter.logit_scale), tokenizer, info
+    head = Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
+    return head, tokenizer, info

@@ -68,9 +68,6 @@ def resolved_problem(
     if predict or parts:
         if not info["has_lm_head"]:
             return missing_head_message(name, info["task"], info["model_class"])
-        problem = adapter_of(info).decoding_problem()
-        if problem:
-            return f"model '{name}': {problem}"
         problem = layer_problem(name, info["num_layers"], config)
         if problem:
             return f"invalid configuration: {problem}"
