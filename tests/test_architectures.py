@@ -56,17 +56,35 @@ def hf_outputs(model, prepared):
     return np.stack(states, 1), np.stack(logits)
 
 
-def check_parts_chain(model, adapter, prepared):
-    """attn_norm.in = h_{b-1}, ffn_norm.in = h_{b-1} + attn.out, h_b = ffn_norm.in + ffn.out."""
+def check_parts_chain(model, adapter, prepared, replace_ffn=False):
+    """attn_norm.in = h_{b-1}, ffn_norm.in = h_{b-1} + attn.out, h_b = ffn_norm.in + ffn.out
+    (pre-norm; post-norm likewise). With `replace_ffn`, every block's feed-forward part is
+    replaced by a random affine map (jtc.replace.PartReplacer) and the chain must still hold,
+    its output being the map of its input."""
+    from jtc.maps import ShortcutMap
+    from jtc.replace import PartReplacer
+
     blocks = adapter.blocks(model)
     ids = torch.as_tensor(prepared.inputs[0])[None]
     index = (torch.zeros(len(prepared.inputs[0]), dtype=torch.long), torch.arange(ids.shape[1]))
+    width = model.config.hidden_size
+    rng = np.random.default_rng(0)
+    maps = {
+        (b, "ffn"): ShortcutMap(
+            {"weight": rng.normal(0, 0.2, (width, width)), "bias": rng.normal(0, 0.2, width)}
+        )
+        for b in range(1, len(blocks) + 1)
+    }
+    # (first: hooks run in the order they were registered, the recorders see the replacement)
+    replacer = PartReplacer(adapter, blocks, maps) if replace_ffn else None
     states, parts = StateRecorder(blocks), PartRecorder(blocks, adapter.parts)
     for recorder in (states, parts):
         recorder.index = index
     with torch.no_grad():
         adapter.backbone(model)(input_ids=ids)
     states.remove(), parts.remove()
+    if replacer is not None:
+        replacer.remove()
     sites = {
         (b, p.name, side): parts.states[i]
         for i, (b, p, side) in enumerate(
@@ -75,6 +93,9 @@ def check_parts_chain(model, adapter, prepared):
     }
     for b in range(len(blocks)):
         before, after = states.states[b], states.states[b + 1]
+        if replace_ffn:
+            ffn_in = sites[(b, "ffn", "i")].double().numpy()
+            close(sites[(b, "ffn", "o")], maps[(b + 1, "ffn")](ffn_in))
         if adapter.parts[0].name == "attn":  # post-norm (BERT): each norm after its residual add
             close(sites[(b, "attn", "i")], before)
             close(before + sites[(b, "attn", "o")], sites[(b, "attn_norm", "i")])
@@ -136,6 +157,7 @@ def test_every_stage_runs_on_the_architecture(model_type, sentences, tmp_path):
         close(normed.numpy(), hf_states[2][at])
     if adapter.parts:
         check_parts_chain(net, adapter, prepared)
+        check_parts_chain(net, adapter, prepared, replace_ffn=True)
     maps = {"mat": str(tmp_path / "mat.safetensors")}
     fit_map(
         str(tmp_path / "train"),
@@ -203,7 +225,7 @@ def test_a_soft_capped_head_is_decoded_with_its_cap():
         task_of(T5Config())
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "mistral", "qwen2", "bert"])
 def test_discovery_finds_what_the_declared_adapters_say(model_type):
     from jtc.adapters import ADAPTERS
     from jtc.discover import discover
@@ -212,7 +234,7 @@ def test_discovery_finds_what_the_declared_adapters_say(model_type):
     found, declared = discover(model, task), ADAPTERS[model_type]
     for field in ("task", "backbone_attr", "blocks_path", "final_norm_attr", "unembedding_path"):
         assert getattr(found, field) == getattr(declared, field), field
-    assert found.head_transform == declared.head_transform == ()
+    assert found.head_transform == declared.head_transform
     assert found.parts == declared.parts
 
 

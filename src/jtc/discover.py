@@ -26,7 +26,15 @@ from .adapters import (
 )
 
 # names of a block's parts, in the order they are tried (pre-norm blocks)
-ATTN_NORMS = ("input_layernorm", "ln_1", "attention_norm", "norm_1", "ln_attn", "norm1")
+ATTN_NORMS = (
+    "input_layernorm",
+    "ln_1",
+    "attention_norm",
+    "attn_norm",
+    "norm_1",
+    "ln_attn",
+    "norm1",
+)
 ATTENTIONS = ("self_attn", "attn", "attention", "self_attention", "mixer")
 FFN_NORMS = (
     "pre_feedforward_layernorm",
@@ -35,6 +43,7 @@ FFN_NORMS = (
     "ffn_norm",
     "norm_2",
     "ln_mlp",
+    "mlp_norm",
     "norm2",
 )
 FFNS = ("mlp", "feed_forward", "block_sparse_moe", "ffn")
@@ -44,8 +53,6 @@ FFN_OUT_NORMS = ("post_feedforward_layernorm",)
 # heads whose modules are called in another order than they are registered in
 HEAD_TRANSFORMS = {"distilbert": ("vocab_transform", "activation", "vocab_layer_norm")}
 CHECK_TOKENS = (2, 7)  # the random batch the candidates are checked on: sequences x tokens
-# a block's recorded part sites in order: (attn_norm, attn, ffn_norm, ffn) x (in, out)
-SITE_NAMES = ("an_in", "an_out", "a_in", "a_out", "fn_in", "fn_out", "f_in", "f_out")
 
 
 def _lookup(module: nn.Module, path: str) -> nn.Module:
@@ -253,11 +260,31 @@ def _first(block: nn.Module, names: tuple[str, ...]) -> str | None:
     return next((name for name in names if _has(block, name)), None)
 
 
+# post-norm encoders, each norm after its residual add: (attn, attn_norm, ffn, ffn_norm) as
+# (input module, output module); BERT's layout (RoBERTa, ELECTRA, DeBERTa-v2) and DistilBERT's
+POST_NORM_LAYOUTS = (
+    (
+        ("attention.self", "attention.output.dense"),
+        ("attention.output.LayerNorm", None),
+        ("intermediate", "output.dense"),
+        ("output.LayerNorm", None),
+    ),
+    (("attention", None), ("sa_layer_norm", None), ("ffn", None), ("output_layer_norm", None)),
+)
+
+
 def _part_candidates(block: nn.Module) -> list[tuple[Part, ...]]:
+    """Pre-norm layouts (attn_norm, attn, ffn_norm, ffn) by the usual module names, then the
+    post-norm layouts (attn, attn_norm, ffn, ffn_norm); each is checked by _chains."""
+    candidates = []
+    for layout in POST_NORM_LAYOUTS:
+        paths = [path for pair in layout for path in pair if path]
+        if all(_has(block, path) for path in paths):
+            names = ("attn", "attn_norm", "ffn", "ffn_norm")
+            candidates.append(tuple(Part(n, i, o) for n, (i, o) in zip(names, layout, strict=True)))
     attn_norm, attn, ffn = _first(block, ATTN_NORMS), _first(block, ATTENTIONS), _first(block, FFNS)
     if not (attn_norm and attn and ffn):
-        return []
-    candidates = []
+        return candidates
     attn_out = _first(block, ATTN_OUT_NORMS) if _has(block, "pre_feedforward_layernorm") else None
     ffn_out = _first(block, FFN_OUT_NORMS)
     for ffn_norm in FFN_NORMS:
@@ -275,9 +302,11 @@ def _part_candidates(block: nn.Module) -> list[tuple[Part, ...]]:
 
 
 def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool:
-    """Whether the parts chain into the block outputs through the residual adds of a pre-norm
-    block: attn_norm.in = h_{b-1}, attn_norm.out = attn.in, h_{b-1} + attn.out = ffn_norm.in,
-    ffn_norm.out = ffn.in, ffn_norm.in + ffn.out = h_b."""
+    """Whether the parts chain into the block outputs through the residual adds: pre-norm
+    blocks attn_norm.in = h_{b-1}, attn_norm.out = attn.in, h_{b-1} + attn.out = ffn_norm.in,
+    ffn_norm.out = ffn.in, ffn_norm.in + ffn.out = h_b; post-norm blocks (parts in the order
+    attn, attn_norm, ffn, ffn_norm) attn.in = h_{b-1}, h_{b-1} + attn.out = attn_norm.in,
+    attn_norm.out = ffn.in, attn_norm.out + ffn.out = ffn_norm.in, ffn_norm.out = h_b."""
     from .extract import PartRecorder, StateRecorder
 
     blocks = adapter.blocks(model)
@@ -300,14 +329,27 @@ def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool
         return False
     per_block = 2 * len(parts)
     for b in range(len(blocks)):
-        site = dict(zip(SITE_NAMES, sites[b * per_block : (b + 1) * per_block], strict=True))
-        checks = [
-            (site["an_in"], states[b]),
-            (site["a_in"], site["an_out"]),
-            (states[b] + site["a_out"], site["fn_in"]),
-            (site["f_in"], site["fn_out"]),
-            (site["fn_in"] + site["f_out"], states[b + 1]),
-        ]
+        site = sites[b * per_block : (b + 1) * per_block]
+        # (input, output) of each part by name
+        io = {p.name: (site[2 * k], site[2 * k + 1]) for k, p in enumerate(parts)}
+        attn, attn_norm, ffn, ffn_norm = (io[n] for n in ("attn", "attn_norm", "ffn", "ffn_norm"))
+        before, after = states[b], states[b + 1]
+        if parts[0].name == "attn":  # post-norm
+            checks = [
+                (attn[0], before),
+                (before + attn[1], attn_norm[0]),
+                (ffn[0], attn_norm[1]),
+                (attn_norm[1] + ffn[1], ffn_norm[0]),
+                (ffn_norm[1], after),
+            ]
+        else:  # pre-norm
+            checks = [
+                (attn_norm[0], before),
+                (attn[0], attn_norm[1]),
+                (before + attn[1], ffn_norm[0]),
+                (ffn[0], ffn_norm[1]),
+                (ffn_norm[0] + ffn[1], after),
+            ]
         if not all(_close(got, want) for got, want in checks):
             return False
     return True
