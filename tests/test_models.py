@@ -1,6 +1,7 @@
 """Model sources, the safetensors cache, and a real packaged model."""
 
 import importlib.util
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -235,3 +236,21 @@ def test_head_only_loading_reads_an_untied_head_of_a_tying_config(tmp_path):
     assert model.config.tie_word_embeddings
     head, whole = heads_of(model, tokenizer, tmp_path)
     assert torch.equal(head.weight.cpu(), whole.weight)
+
+
+def test_a_model_asking_for_custom_code_is_refused_unless_trusted(tmp_path):
+    config = {
+        "model_type": "custom_thing",
+        "architectures": ["CustomModel"],
+        "auto_map": {"AutoModelForCausalLM": "modeling_custom.CustomModel"},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = {"source": str(tmp_path)}
+    problem = planning_problem("custom", spec)
+    assert "asks for custom code (auto_map, model type 'custom_thing')" in problem
+    assert "models.custom.trust_remote_code: true" in problem
+    assert planning_problem("custom", {**spec, "trust_remote_code": True}) is None
+    # a model type transformers knows loads without its code: not refused
+    known = {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    (tmp_path / "config.json").write_text(json.dumps(known))
+    assert planning_problem("custom", spec) is None

@@ -154,7 +154,14 @@ def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
         task, has_head = declared.task, declared.has_head(architectures)
     else:  # found when the model is cached; a checkpoint's classes tell whether it has a head
         task = task_from_classes(architectures)
-        has_head = task is not None or not architectures
+        if task is None and config.get("auto_map") and not spec.get("trust_remote_code"):
+            return (
+                f"model '{name}': its config.json asks for custom code (auto_map, model type "
+                f"'{model_type}'), which jtc runs only with models.{name}.trust_remote_code: "
+                "true (off by default: set it only for code you trust)"
+            )
+        # (custom code's classes tell nothing: known once the model is cached)
+        has_head = task is not None or not architectures or bool(config.get("auto_map"))
     if spec.get("predict", True) and not has_head:
         return missing_head_message(name, task, "/".join(architectures) or "no head class")
     return None
