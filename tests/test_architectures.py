@@ -16,10 +16,11 @@ from tiny import make_tokenizer, write_sentences
 from jtc.adapters import UnsupportedArchitecture, adapter_of, architecture_problem
 from jtc.corpus import select_split
 from jtc.decode import Head
-from jtc.extract import PartRecorder, StateRecorder, prepare_sentences
+from jtc.extract import prepare_sentences
 from jtc.heads import load_decoder_head
 from jtc.io import read_json, read_states, read_table
 from jtc.models import load_cached, task_of
+from jtc.recorders import PartRecorder, StateRecorder
 from jtc.stages.corpora import prepare_corpus
 from jtc.stages.fit import fit_map
 from jtc.stages.hidden import extract_hidden

@@ -30,7 +30,7 @@ from jtc.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.api import Lens, Shortcuts
 from jtc.decode import Head, final_reference, score, top_tokens
 from jtc.early_exit import layer_arrays, run_with_early_exit
-from jtc.extract import PartRecorder, part_sites, prepare_sentences, run_states
+from jtc.extract import prepare_sentences, run_states
 from jtc.io import (
     part_file,
     read_json,
@@ -43,6 +43,7 @@ from jtc.io import (
 from jtc.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
 from jtc.models import cache_model, load_cached, model_info
 from jtc.parts import VARIANTS
+from jtc.recorders import PartRecorder, part_sites
 from jtc.replace import prefix_states, replaced_final_states
 from jtc.stages.fit import fit_map, train_map
 from jtc.stages.hidden import extract_hidden

@@ -182,9 +182,10 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     # training reports its progress in the job's log: pairs done, time, time left
     fit_log = (tmp_path / "logs/fit_map/gpt/mini.log").read_text()
     assert "train njtc: 3/3 layer pairs (100%)" in fit_log
-    assert "train tuned_lens: 2/2 layer pairs (100%)" in (
-        tmp_path / "logs/train_map/gpt/mini/tuned_lens.log"
-    ).read_text()
+    assert (
+        "train tuned_lens: 2/2 layer pairs (100%)"
+        in (tmp_path / "logs/train_map/gpt/mini/tuned_lens.log").read_text()
+    )
     metrics = tmp_path / "results/metrics/gpt/mini"
     r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
     pairs = {
@@ -540,12 +541,14 @@ def shown_page(browser, category, label):
     browser.wait_for_event("Page.loadEventFired")
     browser.wait_until(OPEN_CATEGORY.format(name=category))
     browser.wait_until(SHOW.format(label=label))
-    for _ in range(100):
-        frames = browser.child_frames()
-        if frames:
-            text = browser.evaluate("document.body ? document.body.innerText : ''", frames[0]["id"])
-            if text:
-                return text
+    for _ in range(100):  # until the page's frame has loaded its data: URL
+        frames = [f for f in browser.child_frames() if f.get("url", "").startswith("data:")]
+        try:
+            text = frames and browser.evaluate("document.body.innerText", frames[0]["id"])
+        except BrowserError:  # (the frame navigated while it was read: read it again)
+            text = ""
+        if text:
+            return text
         time.sleep(0.1)
     raise BrowserError(f"no page shown for {category}: {label}")
 

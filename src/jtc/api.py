@@ -400,7 +400,7 @@ class Lens:
         special tokens ([CLS], [SEP]) as they are."""
         import torch
 
-        from .extract import StateRecorder
+        from .recorders import StateRecorder
 
         ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]
         count = ids.shape[1]

@@ -307,7 +307,7 @@ def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool
     ffn_norm.out = ffn.in, ffn_norm.in + ffn.out = h_b; post-norm blocks (parts in the order
     attn, attn_norm, ffn, ffn_norm) attn.in = h_{b-1}, h_{b-1} + attn.out = attn_norm.in,
     attn_norm.out = ffn.in, attn_norm.out + ffn.out = ffn_norm.in, ffn_norm.out = h_b."""
-    from .extract import PartRecorder, StateRecorder
+    from .recorders import PartRecorder, StateRecorder
 
     blocks = adapter.blocks(model)
     batch = _check_batch(model)

@@ -9,7 +9,7 @@ drawn token replaced by the mask token.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +18,15 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from .adapters import Adapter, Part, adapter_of, part_adapter
+from .adapters import Adapter, adapter_of, part_adapter
 from .io import StateWriter, layer_file, part_file, write_json, write_table
 from .logs import Progress
+from .recorders import PartRecorder, Recorder, StateRecorder, part_sites
 
 log = logging.getLogger(__name__)
 
 CHUNK_SENTENCES = 2048  # sentences whose states are held in memory at once (at most)
 CHUNK_BYTES = 1 << 30  # and at most this much float32 state, all sites together
-SIDES = ("in", "out")  # a part's recorded input and output
 STATE_BUFFER_BYTES = 512 << 20  # states buffered for writing, all layers together
 ROW_GROUP_BYTES = 64 << 20  # largest Parquet row group
 
@@ -103,85 +103,6 @@ def prepare_inputs(
         n_tokens=np.asarray(n_tokens, dtype=np.int32),
         skipped=len(texts) - len(keep),
     )
-
-
-def hidden_input(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The hidden-states argument of a module call (first positional, or by keyword)."""
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def hidden_output(output) -> torch.Tensor:
-    """The hidden states a module returned (alone, or first of a tuple)."""
-    return output[0] if isinstance(output, tuple) else output
-
-
-class Recorder:
-    """Forward hooks that keep, for each sequence of the batch, the value of some sites at one
-    position (`index`: batch rows and their positions)."""
-
-    def __init__(self, n_sites: int):
-        self.index: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.states: list[torch.Tensor | None] = [None] * n_sites
-        self.handles: list = []
-
-    def _take(self, hidden: torch.Tensor) -> torch.Tensor:
-        assert self.index is not None
-        # a model spread over several GPUs (device_map) has blocks on different devices
-        index = tuple(i.to(hidden.device) if torch.is_tensor(i) else i for i in self.index)
-        return hidden[index].detach().float()
-
-    def input_hook(self, site: int):
-        def hook(module, args, kwargs):
-            self.states[site] = self._take(hidden_input(args, kwargs))
-
-        return hook
-
-    def output_hook(self, site: int):
-        def hook(module, args, output):
-            self.states[site] = self._take(hidden_output(output))
-
-        return hook
-
-    def watch_input(self, module: nn.Module, site: int) -> None:
-        self.handles.append(
-            module.register_forward_pre_hook(self.input_hook(site), with_kwargs=True)
-        )
-
-    def watch_output(self, module: nn.Module, site: int) -> None:
-        self.handles.append(module.register_forward_hook(self.output_hook(site)))
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-class StateRecorder(Recorder):
-    """The input of block 0 (h_0) and the output of every block (h_1..h_L)."""
-
-    def __init__(self, blocks: nn.ModuleList):
-        super().__init__(len(blocks) + 1)
-        self.watch_input(blocks[0], 0)
-        for layer, block in enumerate(blocks, 1):
-            self.watch_output(block, layer)
-
-
-def part_sites(num_blocks: int, parts: Sequence[Part]) -> list[tuple[int, str, str]]:
-    """(block 1..L, part name, "in" | "out") of every recorded part site, in file order."""
-    return [(b, p.name, side) for b in range(1, num_blocks + 1) for p in parts for side in SIDES]
-
-
-class PartRecorder(Recorder):
-    """The input and output of every part of every block (sites in part_sites order)."""
-
-    def __init__(self, blocks: nn.ModuleList, parts: Sequence[Part]):
-        super().__init__(len(blocks) * len(parts) * len(SIDES))
-        site = 0
-        for block in blocks:
-            for part in parts:
-                first, last = part.modules(block)
-                self.watch_input(first, site)
-                self.watch_output(last, site + 1)
-                site += 2
 
 
 def _device(model: nn.Module) -> torch.device:

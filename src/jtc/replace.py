@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from .adapters import Adapter
-from .extract import StateRecorder, hidden_input, hidden_output, padded_batches, run_states
+from .extract import padded_batches, run_states
 from .maps import ShortcutMap
+from .recorders import StateRecorder, hidden_input, hidden_output
 
 
 class PartReplacer:
