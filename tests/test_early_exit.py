@@ -7,13 +7,16 @@ from test_prediction import LAYERS, decode, validation  # noqa: F401 - the fixtu
 from jtc.adapters import get_adapter
 from jtc.decode import Head
 from jtc.early_exit import (
+    Arrays,
+    ExitCost,
     ExitRule,
-    Sweep,
     exit_layers,
+    exit_tables,
+    fold_of,
+    held_out,
     layer_arrays,
     mean_prefix_length,
     run_with_early_exit,
-    savings,
     sweep,
 )
 from jtc.extract import prepare_inputs
@@ -100,7 +103,22 @@ def test_extreme_lambdas_and_min_layer():
         exit_layers(confidence, np.zeros((1, n)), 7)
 
 
-def test_sweep_matches_a_loop_over_lambdas_and_tokens():
+def loop_exits(confidence, t, lam, rule, every):
+    """Per token, by a plain loop: the layer it exits at and the checks made."""
+    last = confidence.shape[1] - 1
+    length = np.mean(t + 1)
+    checked = list(range(rule.min_layer, last, every))
+    exits, checks = [], []
+    for i in range(len(confidence)):
+        threshold = rule.lambda_weight * lam + rule.decay_weight * np.exp(-rule.tau * t[i] / length)
+        k = next((k for k, layer in enumerate(checked) if confidence[i, layer] > threshold), None)
+        exits.append(checked[k] if k is not None else last)
+        checks.append(k + 1 if k is not None else len(checked))
+    return np.array(exits), np.array(checks)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_sweep_matches_a_loop_over_lambdas_and_tokens(every):
     rng = np.random.default_rng(1)
     n, last = 300, 8
     confidence = rng.uniform(0, 0.6, size=(n, last + 1))
@@ -108,29 +126,108 @@ def test_sweep_matches_a_loop_over_lambdas_and_tokens():
     t = rng.integers(0, 40, size=n)
     rule = ExitRule(tau=3.0, lambda_weight=0.8, decay_weight=0.2, min_layer=2)
     lambdas = np.linspace(-0.2, 1.0, 25)
-    result = sweep(confidence, correct, t, lambdas, rule)
-    length = np.mean(t + 1)
+    result = sweep(confidence, correct, t, lambdas, rule, every=every)
     for j, lam in enumerate(lambdas):
-        layers, hits = [], []
-        for i in range(n):
-            threshold = 0.8 * lam + 0.2 * np.exp(-3.0 * t[i] / length)
-            exit_at = next((k for k in range(2, last) if confidence[i, k] > threshold), last)
-            layers.append(exit_at)
-            hits.append(correct[i, exit_at])
-        assert result.mean_layers[j] == pytest.approx(np.mean(layers))
-        assert result.accuracy[j] == pytest.approx(np.mean(hits))
+        exits, checks = loop_exits(confidence, t, lam, rule, every)
+        assert result.mean_layers[j] == pytest.approx(np.mean(exits))
+        assert result.accuracy[j] == pytest.approx(np.mean(correct[np.arange(n), exits]))
+        assert result.checks[j] == pytest.approx(np.mean(checks))
+        assert result.context[j] == pytest.approx(np.mean(exits * (t + 1.0)))
+        assert result.early_fraction[j] == pytest.approx(np.mean(exits < last))
+        thresholds = rule.thresholds(np.array([lam]), t, np.mean(t + 1))
+        np.testing.assert_array_equal(exit_layers(confidence, thresholds, 2, every)[0], exits)
 
 
-def test_savings_pick_the_fewest_layers_reaching_each_target():
-    lambdas = np.array([0.0, 0.5, 1.0])
-    sweeps = {
-        "id": Sweep(lambdas, np.array([2.0, 6.0, 10.0]), np.array([0.5, 0.93, 1.0]), np.zeros(3)),
-        "mat": Sweep(lambdas, np.array([2.0, 4.0, 10.0]), np.array([0.7, 0.96, 1.0]), np.zeros(3)),
+def test_the_cost_of_a_token_counts_blocks_attention_checks_and_the_final_decode():
+    info = {"num_layers": 4, "hidden_size": 8, "non_embedding_parameters": 400, "vocab_size": 50}
+    cost = ExitCost.of(info, map_parameters=64)
+    assert (cost.block, cost.attention_per_token, cost.head, cost.shortcut) == (100, 16, 400, 64)
+    confidence = np.array([[0, 0.9, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=float)
+    correct = np.ones_like(confidence, dtype=bool)
+    t = np.array([0, 4])  # prefixes of 1 and 5 tokens
+    result = sweep(confidence, correct, t, np.array([0.5]), ExitRule(decay_weight=0.0))
+    # token 0 exits at layer 1 after one check; token 1 runs 4 blocks, 3 checks, a final decode
+    want = (1 * (100 + 16 * 1) + 1 * (64 + 400)) + (4 * (100 + 16 * 5) + 3 * (64 + 400) + 400)
+    assert cost.per_token(result)[0] == pytest.approx(want / 2)
+    assert cost.full(t, 4) == pytest.approx(4 * (100 + 16 * 3) + 400)
+    assert cost.fixed_exit(2, t, 4) == pytest.approx(2 * (100 + 16 * 3) + 64 + 400)
+
+
+def test_held_out_thresholds_are_chosen_without_the_positions_they_score():
+    rng = np.random.default_rng(3)
+    n, last = 400, 6
+    confidence = rng.uniform(0, 1, size=(n, last + 1))
+    correct = rng.uniform(size=(n, last + 1)) < confidence  # confident predictions are right
+    correct[:, last] = True
+    t, ids = rng.integers(0, 30, size=n), np.arange(1000, 1000 + n)
+    rule, lambdas = ExitRule(), np.linspace(-0.1, 1.2, 40)
+    fold = fold_of(ids, seed=5, folds=2)
+    assert set(fold) == {0, 1} and np.array_equal(fold, fold_of(ids, 5, 2))
+    assert not np.array_equal(fold, fold_of(ids, 6, 2))  # another seed, other folds
+    result = held_out(Arrays(confidence, correct, t, ids), lambdas, rule, 0.9, 1, 2, 5)
+    length = np.mean(t + 1)
+    exits = np.empty(n, dtype=int)
+    for f in (0, 1):  # by hand: the fewest layers reaching 0.9 on the other fold
+        other, mine = fold != f, fold == f
+        calib = sweep(confidence[other], correct[other], t[other], lambdas, rule, length)
+        ok = np.flatnonzero(calib.accuracy >= 0.9)
+        lam = lambdas[ok[np.argmin(calib.mean_layers[ok])]]
+        assert result.lambdas[f] == lam
+        thresholds = rule.thresholds(np.array([lam]), t[mine], length)
+        exits[mine] = exit_layers(confidence[mine], thresholds, 1)[0]
+    assert result.mean_layers[0] == pytest.approx(exits.mean())
+    assert result.accuracy[0] == pytest.approx(correct[np.arange(n), exits].mean())
+
+
+def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
+    import pyarrow as pa
+
+    rng = np.random.default_rng(4)
+    n, last = 300, 6
+    scores, costs = {}, {}
+    for method, skill in (("id", 0.5), ("mat", 0.8)):
+        rows = []
+        for layer in range(last + 1):
+            p1 = rng.uniform(0.3, 1.0, size=n)
+            p2 = p1 * rng.uniform(0, 1, size=n)
+            right = (rng.uniform(size=n) < skill + (1 - skill) * layer / last) | (layer == last)
+            rows += [
+                {"method": method, "layer": layer, "sentence_id": i, "top1_prob": p1[i],
+                 "top2_prob": p2[i], "final_rank": 1 if right[i] else 2}
+                for i in range(n)
+            ]  # fmt: skip
+        scores[method] = pa.Table.from_pylist(rows)
+        info = {"num_layers": last, "hidden_size": 8, "non_embedding_parameters": 600}
+        costs[method] = ExitCost.of({**info, "vocab_size": 40}, 64 if method == "mat" else 0)
+    positions = pa.table({"sentence_id": np.arange(n), "position": rng.integers(0, 20, n)})
+    sweep_table, saved = exit_tables(
+        scores, positions, last, ExitRule(), np.linspace(-0.1, 1.2, 60), [0.9], costs,
+        model="m", corpus="c", check_every=(1, 2), folds=2, seed=0,
+    )  # fmt: skip
+    rows = {(r["method"], r["selection"], r["check_every"]): r for r in saved.to_pylist()}
+    assert set(rows) == {
+        (m, s, k) for m in ("id", "mat") for s in ("in_sample", "held_out") for k in (1, 2)
     }
-    rows = {(r["method"], r["target"]): r for r in savings(sweeps, 10, [0.9, 0.95])}
-    assert rows[("id", 0.9)]["mean_layers"] == 6.0 and rows[("id", 0.9)]["saved_percent"] == 40.0
-    assert rows[("mat", 0.9)]["lambda"] == 0.5 and rows[("mat", 0.9)]["layers_saved"] == 6.0
-    assert rows[("mat", 0.9)]["beyond_id_percent"] == pytest.approx(20.0)
-    assert rows[("id", 0.95)]["mean_layers"] == 10.0  # only the run to the end reaches 0.95
-    assert rows[("mat", 0.95)]["beyond_id_percent"] == pytest.approx(60.0)
-    assert savings({"mat": sweeps["mat"]}, 10, [0.9])[0]["beyond_id_percent"] is None
+    sweep_rows = sweep_table.to_pylist()
+    for (method, selection, every), row in rows.items():
+        if selection == "in_sample":  # the fewest layers among the λ reaching the target
+            swept = [
+                r
+                for r in sweep_rows
+                if (r["method"], r["check_every"], r["policy"]) == (method, every, "confidence")
+                and r["accuracy"] >= 0.9
+            ]
+            best = min(swept, key=lambda r: r["mean_layers"])
+            assert (row["lambda"], row["mean_layers"]) == (best["lambda"], best["mean_layers"])
+            assert row["accuracy"] >= 0.9 and row["macs_percent"] == best["macs_percent"]
+        else:
+            assert row["lambda"] is None
+        assert row["saved_percent"] == pytest.approx(100 * (last - row["mean_layers"]) / last)
+        assert row["macs_saved_percent"] == pytest.approx(100 - row["macs_percent"])
+        base = rows[("id", selection, every)]
+        assert row["beyond_id_percent"] == pytest.approx(
+            row["saved_percent"] - base["saved_percent"]
+        )
+    # fixed exits: no checks; at the last layer, the full model's cost
+    fixed = [r for r in sweep_rows if r["policy"] == "fixed" and r["exit_layer"] == last]
+    assert all(r["checks"] == 0 and r["macs_percent"] == pytest.approx(100) for r in fixed)

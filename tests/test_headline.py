@@ -65,9 +65,18 @@ def prediction(methods):
 
 def savings(methods):
     rows = [
-        {"method": m, "target": target, "saved_percent": 10.0 * (i + 1) + target}
+        {
+            "method": m,
+            "selection": selection,
+            "check_every": every,
+            "target": target,
+            "saved_percent": 10.0 * (i + 1) + target + (selection == "held_out") + every,
+            "macs_saved_percent": -5.0 * i + target,
+        }
         for i, m in enumerate(methods)
         for target in (0.99, 0.9, 0.95)
+        for selection in ("in_sample", "held_out")
+        for every in (1, 4)
     ]
     return rows_table(rows, SAVINGS_COLUMNS)
 
@@ -85,8 +94,9 @@ def test_one_row_per_method_read_at_the_middle_layer():
     assert math.isclose(mat["precision1_ci_low"], 0.75)
     assert math.isclose(rows["id"]["precision1_middle"], 0.5)
     assert math.isclose(rows["njtc"]["surprisal_middle"], 5.0 - 2 - 2)
-    # early exit: at the lowest target
-    assert mat["exit_target"] == 0.9 and math.isclose(mat["exit_saved_percent"], 20.9)
+    # early exit: at the lowest target, λ held out, checking every layer
+    assert mat["exit_target"] == 0.9 and math.isclose(mat["exit_saved_percent"], 22.9)
+    assert math.isclose(mat["exit_macs_saved_percent"], -4.1)
 
 
 def test_a_model_that_is_not_decoded_has_r2_and_sizes_only():

@@ -52,11 +52,19 @@ def test_the_prediction_legend_lies_below_every_panel(count):
     plt.close(fig)
 
 
-def test_the_early_exit_legend_lies_beside_the_curves(tmp_path, monkeypatch):
+def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
     rows = [
-        {"method": m, "policy": p, "mean_layers": x, "accuracy": x / 30}
+        {
+            "method": m,
+            "policy": p,
+            "check_every": k,
+            "mean_layers": x,
+            "macs_percent": 100 * x / 30 + 5 * k,
+            "accuracy": x / 30,
+        }
         for m in NAMES[:6]
         for p in ("confidence", "fixed")
+        for k in (1, 4)
         for x in np.linspace(1, 30, 8)
     ]
     seen = {}
@@ -64,8 +72,10 @@ def test_the_early_exit_legend_lies_beside_the_curves(tmp_path, monkeypatch):
     early_exit_figure(pa.Table.from_pylist(rows), "t", tmp_path / "a.png", tmp_path / "a.pdf")
     fig = seen["fig"]
     fig.canvas.draw()
-    (ax,) = fig.axes
-    legend = ax.get_legend().get_window_extent()
-    assert not overlaps(legend, ax.get_window_extent())
-    assert legend.x1 <= fig.bbox.x1 + 1  # not cut off
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert len(fig.axes) == 2 and not any(overlaps(box, ax.get_window_extent()) for ax in fig.axes)
+    assert box.x0 >= fig.bbox.x0 - 1 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= fig.bbox.y0 - 1
+    # every method: a confidence and a fixed curve on the left, one per check interval right
+    assert len(legend.get_texts()) == 6 * (2 + 2)
     plt.close(fig)

@@ -104,10 +104,13 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
         assert "## Sentence" in (workdir / f"results/metrics/{model}/mini/examples.md").read_text()
         sweep = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit.parquet")
         confident = [r for r in sweep.to_pylist() if r["policy"] == "confidence"]
-        assert len(confident) == 2 * 125 and min(r["mean_layers"] for r in confident) == 1.0
+        # (id, mat) x 125 λ x the check intervals 1 and 4 (the default)
+        assert len(confident) == 2 * 125 * 2 and min(r["mean_layers"] for r in confident) == 1.0
+        assert all(0 < r["macs_percent"] for r in confident)
         assert max(r["accuracy"] for r in confident) == 1.0
         saved = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit_savings.parquet")
         assert sorted(set(saved.column("target").to_pylist())) == [0.9, 0.95, 0.99]
+        assert set(saved.column("selection").to_pylist()) == {"in_sample", "held_out"}
         assert (workdir / f"results/figures/{model}/mini/early_exit.pdf").stat().st_size
 
 

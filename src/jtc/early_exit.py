@@ -38,23 +38,32 @@ SWEEP_COLUMNS = {
     "corpus": pa.string(),
     "method": pa.string(),
     "policy": pa.string(),  # "confidence" (the exit rule, per λ) or "fixed" (every token at l)
+    "check_every": pa.int32(),  # confidence checked at every k-th layer from min_layer
     "lambda": pa.float64(),  # null for fixed exits
     "exit_layer": pa.int32(),  # null for confidence exits
     "mean_layers": pa.float64(),
     "accuracy": pa.float64(),  # Precision@1 against the full model
     "early_fraction": pa.float64(),  # share of tokens that exit before the last layer
+    "checks": pa.float64(),  # confidence checks per token (a map and a decode each)
+    "macs_percent": pa.float64(),  # multiply-adds per token, % of the full model's (ExitCost)
 }
 SAVINGS_COLUMNS = {
     "model": pa.string(),
     "corpus": pa.string(),
     "method": pa.string(),
+    # "in_sample": λ chosen on the positions it is scored on (the paper's numbers);
+    # "held_out": λ chosen on the other folds of the validation positions, scored on each fold
+    "selection": pa.string(),
+    "check_every": pa.int32(),
     "target": pa.float64(),
-    "lambda": pa.float64(),
+    "lambda": pa.float64(),  # null for held_out (one λ per fold)
     "mean_layers": pa.float64(),
-    "accuracy": pa.float64(),
+    "accuracy": pa.float64(),  # reached (held_out: may fall short of the target)
     "layers_saved": pa.float64(),
     "saved_percent": pa.float64(),  # of the L layers
     "beyond_id_percent": pa.float64(),  # saved_percent minus id's; null without id
+    "macs_percent": pa.float64(),  # multiply-adds per token, % of the full model's
+    "macs_saved_percent": pa.float64(),  # 100 − macs_percent (negative: exiting costs more)
 }
 
 
@@ -82,18 +91,30 @@ def _check_min_layer(min_layer: int, last: int) -> None:
         raise ValueError(f"min_layer {min_layer} is outside 1..{last}")
 
 
-def exit_layers(confidence: np.ndarray, thresholds: np.ndarray, min_layer: int) -> np.ndarray:
+def check_layers(min_layer: int, last: int, every: int = 1) -> np.ndarray:
+    """The layers a token's prediction is checked at: min_layer, min_layer + every, ... below
+    the last layer (at the last layer the model's own prediction is read, unchecked)."""
+    _check_min_layer(min_layer, last)
+    if every < 1:
+        raise ValueError(f"check_every {every} is not a positive number of layers")
+    return np.arange(min_layer, last, every)
+
+
+def exit_layers(
+    confidence: np.ndarray, thresholds: np.ndarray, min_layer: int, every: int = 1
+) -> np.ndarray:
     """Exit layer (m, n) for confidences (n, L+1) over layers 0..L and thresholds (m, n).
 
-    The first layer l in [min_layer, L) whose confidence exceeds the threshold, else L. With the
-    running maximum of the confidences from min_layer on, that is min_layer plus the number of
-    running maxima not above the threshold: one comparison per (λ, token, layer), no loop."""
+    The first checked layer (check_layers) whose confidence exceeds the threshold, else L. With
+    the running maximum of the checked confidences, that is the checked layer whose index is
+    the number of running maxima not above the threshold: one comparison per (λ, token, check),
+    no loop."""
     last = confidence.shape[1] - 1
-    _check_min_layer(min_layer, last)
-    window = confidence[:, min_layer:last]
-    running = np.maximum.accumulate(window, axis=1)
+    checked = check_layers(min_layer, last, every)
+    outcomes = np.append(checked, last)
+    running = np.maximum.accumulate(confidence[:, checked], axis=1)
     below = (running[None, :, :] <= thresholds[:, :, None]).sum(axis=2)
-    return min_layer + below
+    return outcomes[below]
 
 
 def layer_arrays(scores: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,9 +139,11 @@ def layer_arrays(scores: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @dataclass
 class Sweep:
     lambdas: np.ndarray  # (m,)
-    mean_layers: np.ndarray  # (m,)
+    mean_layers: np.ndarray  # (m,) blocks run per token
     accuracy: np.ndarray  # (m,)
     early_fraction: np.ndarray  # (m,)
+    checks: np.ndarray  # (m,) confidence checks (a map and a decode each) per token
+    context: np.ndarray  # (m,) sum over blocks run of the prefix length t + 1, per token
 
 
 def sweep(
@@ -130,33 +153,170 @@ def sweep(
     lambdas: np.ndarray,
     rule: ExitRule,
     mean_length: float | None = None,
+    every: int = 1,
 ) -> Sweep:
-    """Mean layers run and Precision@1 against the full model, for every λ at once.
+    """Mean layers run, checks made and Precision@1 against the full model, for every λ at once,
+    checking every `every`-th layer from min_layer on (check_layers).
 
-    As λ grows, a token's exit moves one layer later each time the threshold passes one of its
-    running-maximum confidences, i.e. at λ = (running − offset) / lambda_weight. Sorting those
-    n·(L − min_layer) events once and counting them gives every λ's totals by binary search:
-    a 100-value sweep costs about what a 1-value sweep does."""
+    As λ grows, a token's exit moves to the next checked layer (or to L) each time the threshold
+    passes one of its running-maximum confidences, i.e. at λ = (running − offset) /
+    lambda_weight. Sorting those n·(checks) events once and counting them gives every λ's
+    totals by binary search: a 100-value sweep costs about what a 1-value sweep does."""
     lambdas = np.asarray(lambdas, dtype=np.float64)
     n, last = len(confidence), confidence.shape[1] - 1
-    low = rule.min_layer
-    _check_min_layer(low, last)
+    checked = check_layers(rule.min_layer, last, every)
+    outcomes = np.append(checked, last)  # where a token stops, by number of events passed
     length = mean_prefix_length(positions) if mean_length is None else mean_length
     offset = rule.thresholds(np.zeros(1), positions, length)[0]  # (n,) the λ-free part
-    running = np.maximum.accumulate(confidence[:, low:last], axis=1)
+    running = np.maximum.accumulate(confidence[:, checked], axis=1)
     events = ((running - offset[:, None]) / rule.lambda_weight).ravel()
-    hit = correct.astype(np.float64)
-    change = (hit[:, low + 1 :] - hit[:, low:last]).ravel()  # the event's effect on accuracy
+    hit = correct[:, outcomes].astype(np.float64)
+    steps = np.diff(outcomes).astype(np.float64)  # layers added by each event
+    prefix = np.asarray(positions, dtype=np.float64) + 1.0
+    # each event's effect: on hits, layers, checks (none for the move to L) and context
+    effects = {
+        "hit": (hit[:, 1:] - hit[:, :-1]).ravel(),
+        "layers": np.broadcast_to(steps, running.shape).ravel(),
+        "checks": np.broadcast_to((np.arange(1, len(checked) + 1) < len(checked)).astype(float),
+                                  running.shape).ravel(),
+        "context": (prefix[:, None] * steps[None, :]).ravel(),
+    }  # fmt: skip
     order = np.argsort(events, kind="stable")
     passed = np.searchsorted(events[order], lambdas, side="right")  # events with λ at or past
-    gained = np.concatenate([[0.0], np.cumsum(change[order])])[passed]
+    total = {
+        name: np.concatenate([[0.0], np.cumsum(effect[order])])[passed]
+        for name, effect in effects.items()
+    }
     # a token runs to the end once its last event has passed
-    finals = np.sort(events.reshape(n, -1)[:, -1]) if last > low else np.full(n, -np.inf)
+    finals = np.sort(events.reshape(n, -1)[:, -1])
+    first = float(outcomes[0])
     return Sweep(
         lambdas=lambdas,
-        mean_layers=low + passed / n,
-        accuracy=(hit[:, low].sum() + gained) / n,
+        mean_layers=first + total["layers"] / n,
+        accuracy=(hit[:, 0].sum() + total["hit"]) / n,
         early_fraction=1.0 - np.searchsorted(finals, lambdas, side="right") / n,
+        checks=1.0 + total["checks"] / n,
+        context=(first * prefix.sum() + total["context"]) / n,
+    )
+
+
+@dataclass(frozen=True)
+class ExitCost:
+    """Multiply-adds per token of what early exit runs: a block (its weights; attention over the
+    prefix adds `attention_per_token` per prefix token), one shortcut map and one decode by the
+    head (vocabulary × width)."""
+
+    block: float
+    attention_per_token: float
+    head: float
+    shortcut: float
+
+    @classmethod
+    def of(cls, info: dict, map_parameters: float) -> ExitCost:
+        """From a cached model's info.json and the parameters of one of a method's maps."""
+        layers, width = info["num_layers"], info["hidden_size"]
+        return cls(
+            block=info["non_embedding_parameters"] / layers,
+            attention_per_token=2.0 * width,  # q·k and the weighted sum of v, per prefix token
+            head=float(info["vocab_size"]) * width,
+            shortcut=float(map_parameters),
+        )
+
+    def per_token(self, result: Sweep) -> np.ndarray:
+        """Mean multiply-adds per token of each λ: blocks run, checks (a map and a decode
+        each), and the final decode of the tokens that run to the end."""
+        blocks = result.mean_layers * self.block + result.context * self.attention_per_token
+        checks = result.checks * (self.shortcut + self.head)
+        return blocks + checks + (1.0 - result.early_fraction) * self.head
+
+    def fixed_exit(self, layer: int, positions: np.ndarray, last: int) -> float:
+        """Mean multiply-adds per token when every token stops at `layer`: its blocks, then one
+        map and decode there (the model's own decode at the last layer)."""
+        prefix = float(np.mean(np.asarray(positions, dtype=np.float64) + 1.0))
+        blocks = layer * (self.block + prefix * self.attention_per_token)
+        return blocks + self.head + (self.shortcut if layer < last else 0.0)
+
+    def full(self, positions: np.ndarray, last: int) -> float:
+        """Mean multiply-adds per token of the whole model and its decode, no checks."""
+        prefix = float(np.mean(np.asarray(positions, dtype=np.float64) + 1.0))
+        return last * (self.block + prefix * self.attention_per_token) + self.head
+
+
+def fold_of(sentence_ids: np.ndarray, seed: int, folds: int) -> np.ndarray:
+    """A fold 0..folds-1 per sentence, from a hash of (seed, sentence id): the same sentence
+    is always in the same fold."""
+    with np.errstate(over="ignore"):  # splitmix64: wraps around by design
+        x = np.asarray(sentence_ids, dtype=np.uint64)
+        x = x + np.uint64(seed % 2**64) * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x % np.uint64(folds)).astype(np.int64)
+
+
+@dataclass
+class Arrays:
+    """One method's per-position confidences (n, L+1) and hits (n, L+1) on the validation
+    positions (t, sentence ids)."""
+
+    confidence: np.ndarray
+    correct: np.ndarray
+    positions: np.ndarray
+    sentence_ids: np.ndarray
+
+
+def _fewest_layers(result: Sweep, target: float) -> int | None:
+    ok = np.flatnonzero(result.accuracy >= target)
+    return int(ok[np.argmin(result.mean_layers[ok])]) if len(ok) else None
+
+
+def _at(result: Sweep, i: int) -> Sweep:
+    return Sweep(*(np.asarray(getattr(result, f))[i : i + 1] for f in Sweep.__dataclass_fields__))
+
+
+def held_out(
+    data: Arrays,
+    lambdas: np.ndarray,
+    rule: ExitRule,
+    target: float,
+    every: int,
+    folds: int,
+    seed: int,
+) -> Sweep:
+    """The exit rule with λ chosen without the positions it is scored on: for each fold of the
+    validation positions (fold_of), the λ with the fewest mean layers that reaches `target` on
+    the other folds; each fold scored at its own λ, and the folds pooled. Its `lambdas` holds
+    the λ of each fold."""
+    last = data.confidence.shape[1] - 1
+    length = mean_prefix_length(data.positions)  # N of the rule: over all validation positions
+    fold = fold_of(data.sentence_ids, seed, folds)
+    checked = check_layers(rule.min_layer, last, every)
+    layers = np.empty(len(fold), dtype=np.int64)
+    chosen = []
+    for f in range(folds):
+        calibrate, score = fold != f, fold == f
+        calibration = sweep(
+            data.confidence[calibrate],
+            data.correct[calibrate],
+            data.positions[calibrate],
+            lambdas,
+            rule,
+            length,
+            every,
+        )
+        best = _fewest_layers(calibration, target)
+        lam = lambdas[best] if best is not None else np.inf  # none reaches it: never exit
+        chosen.append(float(lam))
+        thresholds = rule.thresholds(np.array([lam]), data.positions[score], length)
+        layers[score] = exit_layers(data.confidence[score], thresholds, rule.min_layer, every)[0]
+    checks = np.minimum(np.searchsorted(checked, layers, side="left") + 1, len(checked))
+    return Sweep(
+        lambdas=np.array(chosen),
+        mean_layers=np.array([layers.mean()]),
+        accuracy=np.array([data.correct[np.arange(len(layers)), layers].mean()]),
+        early_fraction=np.array([np.mean(layers < last)]),
+        checks=np.array([checks.mean()]),
+        context=np.array([np.mean(layers * (data.positions + 1.0))]),
     )
 
 
@@ -167,36 +327,65 @@ def exit_tables(
     rule: ExitRule,
     lambdas: np.ndarray,
     targets: list[float],
+    costs: dict[str, ExitCost],
     *,
     model: str,
     corpus: str,
+    check_every: tuple[int, ...] = (1,),
+    folds: int = 2,
+    seed: int = 0,
 ) -> tuple[pa.Table, pa.Table]:
     """(the λ sweep and fixed exits of every method, SWEEP_COLUMNS; the fewest layers at each
-    target accuracy, SAVINGS_COLUMNS) from each method's per-position scores on the validation
-    `positions`."""
+    target accuracy, in sample and held out, SAVINGS_COLUMNS) from each method's per-position
+    scores on the validation `positions`, for each check interval; `costs` per method."""
     common = {"model": model, "corpus": corpus}
     t = positions.column("position").to_numpy()
-    sweeps, rows = {}, []
+    rows, saved = [], []
     for method, table in sorted(scores.items()):
         ids, confidence, correct = layer_arrays(table)
         if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
             raise CorruptFileError(
                 f"{method}'s scores: positions differ from the validation states"
             )
-        result = sweeps[method] = sweep(confidence, correct, t, lambdas, rule)
-        for i, lam in enumerate(result.lambdas):
-            rows.append(
-                {
-                    **common,
-                    "method": method,
-                    "policy": "confidence",
-                    "lambda": float(lam),
-                    "mean_layers": float(result.mean_layers[i]),
-                    "accuracy": float(result.accuracy[i]),
-                    "early_fraction": float(result.early_fraction[i]),
-                }
+        data = Arrays(confidence, correct, t, ids)
+        cost, full = costs[method], costs[method].full(t, last)
+        priced = (cost, full, last)
+        for every in check_every:
+            result = sweep(confidence, correct, t, lambdas, rule, every=every)
+            macs = 100.0 * cost.per_token(result) / full
+            for i, lam in enumerate(result.lambdas):
+                rows.append(
+                    {
+                        **common,
+                        "method": method,
+                        "policy": "confidence",
+                        "check_every": every,
+                        "lambda": float(lam),
+                        "mean_layers": float(result.mean_layers[i]),
+                        "accuracy": float(result.accuracy[i]),
+                        "early_fraction": float(result.early_fraction[i]),
+                        "checks": float(result.checks[i]),
+                        "macs_percent": float(macs[i]),
+                    }
+                )
+            for target in targets:
+                best = _fewest_layers(result, target)
+                if best is not None:
+                    picked = _at(result, best)
+                    saved.append(
+                        _saving(common, method, "in_sample", every, target, picked, priced)
+                    )
+                outside = held_out(data, lambdas, rule, target, every, folds, seed)
+                saved.append(_saving(common, method, "held_out", every, target, outside, priced))
+            log.info(
+                "%s, checks every %d: %d λ values, accuracy %.3f..%.3f",
+                method,
+                every,
+                len(lambdas),
+                result.accuracy.min(),
+                result.accuracy.max(),
             )
-        for layer in range(rule.min_layer, last + 1):
+        for layer in range(rule.min_layer, last + 1):  # every token at one layer: no checks
             rows.append(
                 {
                     **common,
@@ -206,46 +395,49 @@ def exit_tables(
                     "mean_layers": float(layer),
                     "accuracy": float(correct[:, layer].mean()),
                     "early_fraction": float(layer < last),
+                    "checks": 0.0,
+                    "macs_percent": 100.0 * cost.fixed_exit(layer, t, last) / full,
                 }
             )
-        log.info(
-            "%s: %d λ values, accuracy %.3f..%.3f",
-            method,
-            len(lambdas),
-            result.accuracy.min(),
-            result.accuracy.max(),
+    for row in saved:
+        base = next(
+            (
+                r
+                for r in saved
+                if r["method"] == "id"
+                and (r["selection"], r["check_every"], r["target"])
+                == (row["selection"], row["check_every"], row["target"])
+            ),
+            None,
         )
-    saved = [{**common, **row} for row in savings(sweeps, last, targets)]
+        row["beyond_id_percent"] = (
+            row["saved_percent"] - base["saved_percent"] if base is not None else None
+        )
     return rows_table(rows, SWEEP_COLUMNS), rows_table(saved, SAVINGS_COLUMNS)
 
 
-def savings(sweeps: dict[str, Sweep], last: int, targets: list[float]) -> list[dict]:
-    """Per method and target accuracy: the fewest mean layers among the λ that reach it."""
-    rows = []
-    for target in targets:
-        found = {}
-        for method, result in sweeps.items():
-            ok = np.flatnonzero(result.accuracy >= target)
-            if len(ok) == 0:  # cannot happen with a λ that never exits; kept for odd grids
-                continue
-            best = ok[np.argmin(result.mean_layers[ok])]
-            saved = last - result.mean_layers[best]
-            found[method] = {
-                "method": method,
-                "target": target,
-                "lambda": float(result.lambdas[best]),
-                "mean_layers": float(result.mean_layers[best]),
-                "accuracy": float(result.accuracy[best]),
-                "layers_saved": float(saved),
-                "saved_percent": float(100.0 * saved / last),
-            }
-        for row in found.values():
-            base = found.get("id")
-            row["beyond_id_percent"] = (
-                row["saved_percent"] - base["saved_percent"] if base is not None else None
-            )
-            rows.append(row)
-    return rows
+def _saving(
+    common: dict, method: str, selection: str, every: int, target: float, result: Sweep, cost
+) -> dict:
+    """A savings row from a one-λ result; `cost`: (ExitCost, the full model's multiply-adds,
+    the last layer L)."""
+    exit_cost, full, last = cost
+    macs = 100.0 * float(exit_cost.per_token(result)[0]) / full
+    saved = last - float(result.mean_layers[0])
+    return {
+        **common,
+        "method": method,
+        "selection": selection,
+        "check_every": every,
+        "target": target,
+        "lambda": float(result.lambdas[0]) if selection == "in_sample" else None,
+        "mean_layers": float(result.mean_layers[0]),
+        "accuracy": float(result.accuracy[0]),
+        "layers_saved": saved,
+        "saved_percent": 100.0 * saved / last,
+        "macs_percent": macs,
+        "macs_saved_percent": 100.0 - macs,
+    }
 
 
 # --- the plain implementation: run the model and stop -----------------------------------

@@ -26,7 +26,10 @@ SCHEMA = {
     "precision1_ci_high": pa.float64(),
     "surprisal_middle": pa.float64(),  # nats, at the middle layer
     "exit_target": pa.float64(),  # the lowest target agreement of the early-exit table
-    "exit_saved_percent": pa.float64(),  # layers saved at it, % of L
+    # at it, λ held out, checking every layer: layers saved (% of L), and multiply-adds saved
+    # (% of the full model's, the checks counted; negative: exiting costs more than it saves)
+    "exit_saved_percent": pa.float64(),
+    "exit_macs_saved_percent": pa.float64(),
 }
 
 
@@ -62,8 +65,12 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
             at_middle[(r["method"], r["metric"])] = r
     saved = {}
     if tables.savings is not None and tables.savings.num_rows:
-        target = min(tables.savings.column("target").to_pylist())
-        saved = {r["method"]: r for r in tables.savings.to_pylist() if r["target"] == target}
+        held = [r for r in tables.savings.to_pylist() if r["selection"] == "held_out"]
+        target = min(r["target"] for r in held)
+        every = min(r["check_every"] for r in held)
+        saved = {
+            r["method"]: r for r in held if (r["target"], r["check_every"]) == (target, every)
+        }
     methods = {r["method"] for r in r2} | set(size)
     rows = []
     for method in _ordered(methods):
@@ -84,6 +91,7 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
             "surprisal_middle": surprisal.get("mean"),
             "exit_target": saved.get(method, {}).get("target"),
             "exit_saved_percent": saved.get(method, {}).get("saved_percent"),
+            "exit_macs_saved_percent": saved.get(method, {}).get("macs_saved_percent"),
         }
         rows.append(row)
     return rows
@@ -134,6 +142,7 @@ COLUMNS = [  # (column, title, format)
     ("precision1_middle", "Precision@1 at middle, % (95% CI)", "percent"),
     ("surprisal_middle", "surprisal at middle, nats", ".2f"),
     ("exit_saved_percent", "early exit: layers saved, %", ".1f"),
+    ("exit_macs_saved_percent", "early exit: multiply-adds saved, %", ".1f"),
 ]
 
 
@@ -167,10 +176,12 @@ def landing_section(table: pa.Table) -> str:
         "Read from this run's tables (``results/metrics/headline.csv`` holds them all). The "
         "*middle layer* is L // 2 of a model's L layers; Precision@1 is the share of validation "
         "tokens whose top-1 token read from that layer equals the model's own final top-1 (95% "
-        "bootstrap interval in brackets); early exit counts the layers saved by the best "
-        "confidence threshold that keeps the lowest target agreement"
+        "bootstrap interval in brackets); early exit: the layers and the multiply-adds per token "
+        "saved (the checks' maps and decodes counted; negative: exiting costs more than it "
+        "saves) by the confidence threshold with the fewest layers that keeps the lowest target "
+        "agreement"
         + "".join(f" ({_percent(t)}%)" for t in targets)
-        + ".",
+        + ", chosen on other validation positions than those it is scored on (held out).",
         "",
     ]
     for (model, corpus), group in groups.items():

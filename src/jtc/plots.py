@@ -241,37 +241,62 @@ def prediction_panels(
 
 
 def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
-    """Precision@1 against the mean number of layers run: the confidence rule's λ sweep (solid)
-    and exiting every token at a fixed layer (dashed), one colour per method."""
+    """Precision@1 against the cost of early exit, one colour per method. Left, against the
+    mean number of layers run (the paper's view, the checks not counted): the confidence rule's
+    λ sweep checking every layer (solid) and exiting every token at a fixed layer (dashed).
+    Right, against the multiply-adds per token as a share of the full model's, the checks (a
+    map and a decode each) counted: one line per check interval."""
     rows = table.to_pylist()
     methods = sorted({r["method"] for r in rows})
+    intervals = sorted({r["check_every"] for r in rows if r["policy"] == "confidence"})
     styles = method_style(methods)
-    fig, ax = plt.subplots(figsize=(8.6, 4.4))
+    dashes = {every: ["-", ":", "-.", (0, (5, 1))][i % 4] for i, every in enumerate(intervals)}
+    legend_rows = -(-len(methods) * (2 + len(intervals)) // 3)  # (three columns)
+    legend_height = 0.3 + 0.17 * legend_rows  # inches
+    fig, (layers_ax, macs_ax) = plt.subplots(
+        1, 2, figsize=(11.5, 4.4 + legend_height), sharey=True
+    )
+
+    def curve(ax, method, policy, x, every=None, **style):
+        points = sorted(
+            (r[x], r["accuracy"])
+            for r in rows
+            if r["method"] == method
+            and r["policy"] == policy
+            and (every is None or r["check_every"] == every)
+        )
+        ax.plot([p[0] for p in points], [p[1] for p in points], **style)
+
     for method in methods:
-        for policy in ("confidence", "fixed"):
-            points = sorted(
-                (r["mean_layers"], r["accuracy"])
-                for r in rows
-                if r["method"] == method and r["policy"] == policy
-            )
-            style = dict(styles[method], linewidth=1.2)
-            if policy == "fixed":  # the same colour and marker, thin and dashed
-                style.update(linestyle="--", linewidth=0.8, markersize=3)
-            else:
-                style.update(marker=None)
-            ax.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                label=f"{method}, {'confidence exit' if policy == 'confidence' else 'fixed exit'}",
-                **style,
-            )
-    ax.set_xlabel("mean layers run")
-    ax.set_ylabel("Precision@1 against the full model")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    ax.set_title(f"Early exit — {title}")
-    fig.tight_layout()
+        base = dict(styles[method], linewidth=1.2)
+        first = intervals[0] if intervals else None
+        confident = dict(base, marker=None, label=f"{method}, confidence exit")
+        curve(layers_ax, method, "confidence", "mean_layers", first, **confident)
+        fixed = dict(base, linestyle="--", linewidth=0.8, markersize=3)
+        curve(layers_ax, method, "fixed", "mean_layers", label=f"{method}, fixed exit", **fixed)
+        for every in intervals:
+            style = dict(base, marker=None, linestyle=dashes[every])
+            label = f"{method}, checks every {every} layer{'s' if every > 1 else ''}"
+            curve(macs_ax, method, "confidence", "macs_percent", every, label=label, **style)
+    layers_ax.set_xlabel("mean layers run (checks not counted)")
+    layers_ax.set_ylabel("Precision@1 against the full model")
+    layers_ax.set_ylim(-0.02, 1.02)
+    macs_ax.set_xlabel("multiply-adds per token, % of the full model (checks counted)")
+    macs_ax.axvline(100.0, color="0.5", linewidth=0.8)
+    for ax in (layers_ax, macs_ax):
+        ax.grid(alpha=0.3)
+    handles, labels = layers_ax.get_legend_handles_labels()
+    more_handles, more_labels = macs_ax.get_legend_handles_labels()
+    fig.legend(
+        handles + more_handles,
+        labels + more_labels,
+        fontsize=7,
+        loc="lower center",
+        ncol=3,
+        frameon=False,
+    )
+    fig.suptitle(f"Early exit — {title}")
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 0.95))
     _save(fig, png, pdf)
 
 

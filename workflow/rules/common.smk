@@ -352,8 +352,9 @@ def scores_of(wildcards, methods):
 
 def early_exit_inputs(wildcards):
     """Every method's per-position scores and the validation states; checks min_layer."""
-    checked_model_dir(wildcards.model, predict=True)
     return {
+        "model": checked_model_dir(wildcards.model, predict=True),
+        "parameters": paths.metric("parameters.parquet").format(**wildcards),
         "validation": hidden(wildcards, "validation"),
         **scores_of(wildcards, METHODS),
     }

@@ -34,6 +34,9 @@ rule early_exit:
         decay_weight=config["early_exit"]["decay_weight"],
         min_layer=config["early_exit"]["min_layer"],
         targets=config["early_exit"]["targets"],
+        check_every=config["early_exit"]["check_every"],
+        folds=config["early_exit"]["folds"],
+        seed=config["seed"],
         code=code_hash("early_exit"),
     script:
         "../scripts/early_exit.py"

@@ -6,6 +6,8 @@ with job_log(snakemake.log[0]):
     early_exit(
         {m: snakemake.input[m] for m in p.methods},
         snakemake.input.validation,
+        snakemake.input.model,
+        snakemake.input.parameters,
         snakemake.output.sweep,
         snakemake.output.savings,
         model=snakemake.wildcards.model,
@@ -16,4 +18,7 @@ with job_log(snakemake.log[0]):
         decay_weight=p.decay_weight,
         min_layer=p.min_layer,
         targets=p.targets,
+        check_every=p.check_every,
+        folds=p.folds,
+        seed=p.seed,
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 def early_exit(
     score_files: dict[str, str],
     val_dir: str,
+    model_dir: str,
+    parameters: str,
     sweep_out: str,
     savings_out: str,
     *,
@@ -18,17 +20,24 @@ def early_exit(
     decay_weight: float,
     min_layer: int,
     targets: list[float],
+    check_every: list[int],
+    folds: int,
+    seed: int,
 ) -> None:
-    """The λ sweep and fixed exits of every method, and the layers saved at target accuracies,
-    from the per-position scores of decode_predictions."""
+    """The λ sweep and fixed exits of every method, and the layers and multiply-adds saved at
+    target accuracies (λ chosen in sample and held out), from the per-position scores of
+    decode_predictions; the costs from the cached model's info.json and the parameter table."""
     import numpy as np
 
     from .. import early_exit as ee
-    from ..io import read_positions, read_table, write_table
+    from ..io import read_json, read_positions, read_table, write_table
     from ..logs import ready
 
     ready()
     positions, info = read_positions(val_dir)
+    model_info = read_json(f"{model_dir}/info.json")
+    sizes = {r["method"]: r["parameters"] for r in read_table(parameters).to_pylist()}
+    costs = {method: ee.ExitCost.of(model_info, sizes.get(method, 0)) for method in score_files}
     sweep, saved = ee.exit_tables(
         {method: read_table(path) for method, path in score_files.items()},
         positions,
@@ -36,8 +45,12 @@ def early_exit(
         ee.ExitRule(tau, lambda_weight, decay_weight, min_layer),
         np.asarray(lambdas or ee.DEFAULT_LAMBDAS, dtype=np.float64),
         targets,
+        costs,
         model=model,
         corpus=corpus,
+        check_every=tuple(check_every),
+        folds=folds,
+        seed=seed,
     )
     write_table(sweep, sweep_out, csv=True)
     write_table(saved, savings_out, csv=True)
