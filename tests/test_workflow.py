@@ -163,13 +163,13 @@ def test_an_early_exit_setting_reruns_only_the_sweep_and_its_figure(tiny_run, tm
     assert ran == {"early_exit": 2, "plot_early_exit": 2, "headline_table": 1, "all": 1}
 
 
-TRAINED = ["njtc", "nnjtc", "tuned_lens"]
+TRAINED = ["njtc", "nnjtc", "one_jump", "tuned_lens"]
 
 
 def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_path):
     from safetensors.numpy import load_file
 
-    from jtc.maps import read_metadata
+    from jtc.maps import load_map, read_metadata
 
     link_inputs(tiny_project, tmp_path)
     config = read_config(tiny_project)
@@ -199,6 +199,7 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
         "rrr": {(0, 1), (0, 2), (1, 2)},
         "njtc": {(0, 1), (0, 2), (1, 2)},
         "nnjtc": {(0, 1), (0, 2), (1, 2)},
+        "one_jump": {(0, 2), (1, 2)},
         "tuned_lens": {(0, 2), (1, 2)},
     }
     assert all(np.isfinite(r["r2"]) for r in r2)
@@ -211,6 +212,16 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert counts["rrr"]["parameters"] == 2 * 16  # rank 1, as NJTC's
     assert counts["nnjtc"]["parameters"] == 2 * 16 + 2 * 16 and counts["nnjtc"]["buffers"] == 32
     assert counts["tuned_lens"]["parameters"] == 16 * 16 + 16
+    # one map for every layer: what early exit keeps is one map's parameters, not L maps'
+    assert counts["one_jump"]["parameters"] == counts["nnjtc"]["parameters"]
+    assert counts["one_jump"]["exit_parameters"] == counts["one_jump"]["parameters"]
+    assert counts["nnjtc"]["exit_parameters"] == 2 * counts["nnjtc"]["parameters"]  # 0->2, 1->2
+    one = tmp_path / "results/maps/gpt/mini/one_jump.safetensors"
+    assert load_map(one, 0, 2).tensors.keys() == load_map(one, 1, 2).tensors.keys()
+    assert all(
+        np.array_equal(load_map(one, 0, 2).tensors[k], load_map(one, 1, 2).tensors[k])
+        for k in load_map(one, 0, 2).tensors
+    )
     assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
     # one method's training setting: its fit_map job and what reads the maps, nothing else

@@ -350,6 +350,9 @@ PARAMETER_COLUMNS = {
     "parameters": pa.int64(),  # trained, per map (one layer pair)
     "buffers": pa.int64(),  # stored but not trained (batch normalisation's running statistics)
     "share_of_mat": pa.float64(),  # (parameters + buffers) / d²
+    # trained parameters of every distinct map into the last layer, from all layers (what early
+    # exit keeps in memory): L maps for a per-layer method, 1 for one_jump
+    "exit_parameters": pa.int64(),
 }
 
 
@@ -367,11 +370,19 @@ def parameter_table(
             "parameters": 0,
             "buffers": 0,
             "share_of_mat": 0.0,
+            "exit_parameters": 0,
         }
     ]
     for method, path in sorted(files.items()):
         shortcut = load_map(path, 0, num_layers)
         parameters, buffers = shortcut.parameter_counts()
+        distinct = {}  # maps into the last layer, by their bytes: one_jump stores one L times
+        for source in range(num_layers):
+            into_last = load_map(path, source, num_layers)
+            key = tuple(
+                (name, np.asarray(t).tobytes()) for name, t in sorted(into_last.tensors.items())
+            )
+            distinct[key] = into_last.parameter_counts()[0]
         rows.append(
             {
                 **common,
@@ -381,6 +392,7 @@ def parameter_table(
                 "parameters": parameters,
                 "buffers": buffers,
                 "share_of_mat": (parameters + buffers) / shortcut.width**2,
+                "exit_parameters": sum(distinct.values()),
             }
         )
     return rows_table(rows, PARAMETER_COLUMNS)

@@ -22,6 +22,7 @@ class Method:
     trained: bool = False  # by gradient descent (jtc.train); else closed form (jtc.fit)
     needs_head: bool = False  # trained through the model's decoder head
     last_only: bool = False  # maps into the last layer only
+    pooled: bool = False  # one map from every layer, trained on the pooled pairs
     defaults: dict[str, Any] = field(default_factory=dict)  # config training.<name>
 
 
@@ -54,6 +55,15 @@ METHODS: dict[str, Method] = {
             "nnjtc",
             "batch normalisation, then a rank-r product A·B (N-NJTC)",
             True,
+            defaults=_LOW_RANK,
+        ),
+        Method(
+            "one_jump",
+            "one batch-normalised rank-r map A·B from every layer into the last, trained on the "
+            "pooled pairs of all layers (ours, after OJFA)",
+            True,
+            last_only=True,
+            pooled=True,
             defaults=_LOW_RANK,
         ),
         Method(

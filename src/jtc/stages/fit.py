@@ -78,6 +78,35 @@ def _closed_form(
         maps.metadata["solvers"] = solvers
 
 
+def _pooled(
+    states: list, last: int, out: str, meta: dict, settings: dict, training, seed: int
+) -> None:
+    """One map trained on the pooled pairs (h_l, h_L) of every layer l < L (one_jump), stored
+    as every layer's map into the last."""
+    import numpy as np
+
+    from ..maps import MapWriter
+    from ..methods import rank_of
+    from ..train import pair_seed, train_low_rank
+
+    sources = np.concatenate(states[:last])
+    targets = np.concatenate([states[last]] * last)
+    method = meta["method"]
+    result = train_low_rank(
+        sources,
+        targets,
+        rank=rank_of(settings, sources.shape[1]),
+        normalise=True,
+        settings=training,
+        seed=pair_seed(seed, method, 0, last),
+    )
+    log.info("%s, every layer -> %d: %s, %.2f s", method, last, result.summary(), result.seconds)
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            maps.add(source, {last: result.tensors})
+        maps.metadata["training"] = {f"0..{last - 1}->{last}": result.summary()}
+
+
 def train_map(
     train_dir: str,
     out: str,
@@ -119,7 +148,7 @@ def _trained(
 
     from ..logs import Progress
     from ..maps import MapWriter
-    from ..methods import fitted_targets, rank_of
+    from ..methods import METHODS, fitted_targets, rank_of
     from ..train import (
         TrainSettings,
         lens_reference,
@@ -136,6 +165,9 @@ def _trained(
     meta.update(seed=seed, settings=settings)
     summaries = {}
     targets = settings.get("targets", "last")
+    if METHODS[method].pooled:
+        _pooled(states, last, out, meta, settings, training, seed)
+        return
     pairs = sum(len(fitted_targets(method, targets, source, last)) for source in range(last))
     progress = Progress(pairs, f"train {method}", "layer pairs")
     with MapWriter(out, meta) as maps:
