@@ -69,13 +69,28 @@ def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
     ]
     seen = {}
     monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
-    early_exit_figure(pa.Table.from_pylist(rows), "t", tmp_path / "a.png", tmp_path / "a.pdf")
+    chosen = [
+        {"method": m, "selection": s, "check_every": 1, "mean_layers": 20.0, "macs_percent": 300.0,
+         "accuracy": 0.9}
+        for m in NAMES[:6]
+        for s in ("in_sample", "held_out")
+    ]  # fmt: skip
+    early_exit_figure(
+        pa.Table.from_pylist(rows),
+        "t",
+        tmp_path / "a.png",
+        tmp_path / "a.pdf",
+        pa.Table.from_pylist(chosen),
+    )
     fig = seen["fig"]
     fig.canvas.draw()
     (legend,) = fig.legends
     box = legend.get_window_extent()
     assert len(fig.axes) == 2 and not any(overlaps(box, ax.get_window_extent()) for ax in fig.axes)
     assert box.x0 >= fig.bbox.x0 - 1 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= fig.bbox.y0 - 1
-    # every method: a confidence and a fixed curve on the left, one per check interval right
-    assert len(legend.get_texts()) == 6 * (2 + 2)
+    # every method: a confidence and a fixed curve and the λ chosen in sample and held out on
+    # the left, one curve per check interval on the right
+    assert len(legend.get_texts()) == 6 * (2 + 2 + 2)
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert f"{NAMES[0]}, λ chosen held out" in texts
     plt.close(fig)

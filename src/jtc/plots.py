@@ -241,18 +241,27 @@ def prediction_panels(
     fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 0.95))
 
 
-def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | Path) -> None:
+def early_exit_figure(
+    table: pa.Table,
+    title: str,
+    png: str | Path,
+    pdf: str | Path,
+    savings: pa.Table | None = None,
+) -> None:
     """Precision@1 against the cost of early exit, one colour per method. Left, against the
     mean number of layers run (the paper's view, the checks not counted): the confidence rule's
     λ sweep checking every layer (solid) and exiting every token at a fixed layer (dashed).
     Right, against the multiply-adds per token as a share of the full model's, the checks (a
-    map and a decode each) counted: one line per check interval."""
+    map and a decode each) counted: one line per check interval. With `savings`, the λ chosen for
+    each target (checking every layer) on both panels: filled markers in sample, hollow held out
+    (scored on positions the λ was not chosen on)."""
     rows = table.to_pylist()
     methods = sorted({r["method"] for r in rows})
     intervals = sorted({r["check_every"] for r in rows if r["policy"] == "confidence"})
     styles = method_style(methods)
     dashes = {every: ["-", ":", "-.", (0, (5, 1))][i % 4] for i, every in enumerate(intervals)}
-    legend_rows = -(-len(methods) * (2 + len(intervals)) // 3)  # (three columns)
+    marks = 2 if savings is not None else 0  # the chosen λ in sample and held out
+    legend_rows = -(-len(methods) * (2 + len(intervals) + marks) // 3)  # (three columns)
     legend_height = 0.3 + 0.17 * legend_rows  # inches
     fig, (layers_ax, macs_ax) = plt.subplots(
         1, 2, figsize=(11.5, 4.4 + legend_height), sharey=True
@@ -279,6 +288,28 @@ def early_exit_figure(table: pa.Table, title: str, png: str | Path, pdf: str | P
             style = dict(base, marker=None, linestyle=dashes[every])
             label = f"{method}, checks every {every} layer{'s' if every > 1 else ''}"
             curve(macs_ax, method, "confidence", "macs_percent", every, label=label, **style)
+        chosen = [
+            r
+            for r in (savings.to_pylist() if savings is not None else [])
+            if r["method"] == method and r["check_every"] == (intervals[0] if intervals else 1)
+        ]
+        for selection, face in (("in_sample", styles[method]["color"]), ("held_out", "none")):
+            points = [r for r in chosen if r["selection"] == selection]
+            for ax, x in ((layers_ax, "mean_layers"), (macs_ax, "macs_percent")):
+                ax.scatter(
+                    [r[x] for r in points],
+                    [r["accuracy"] for r in points],
+                    marker=styles[method]["marker"],
+                    s=36,
+                    facecolors=face,
+                    edgecolors=styles[method]["color"],
+                    zorder=3,
+                    label=(
+                        f"{method}, λ chosen {selection.replace('_', ' ')}"
+                        if points and ax is layers_ax
+                        else None
+                    ),
+                )
     layers_ax.set_xlabel("mean layers run (checks not counted)")
     layers_ax.set_ylabel("Precision@1 against the full model")
     layers_ax.set_ylim(-0.02, 1.02)

@@ -44,7 +44,8 @@ rule early_exit:
 
 rule plot_early_exit:
     input:
-        paths.metric("early_exit.parquet"),
+        sweep=paths.metric("early_exit.parquet"),
+        savings=paths.metric("early_exit_savings.parquet"),
     output:
         png=report(
             paths.figure("early_exit.png"),

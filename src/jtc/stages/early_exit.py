@@ -56,11 +56,14 @@ def early_exit(
     write_table(saved, savings_out, csv=True)
 
 
-def plot_early_exit(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
-    """Accuracy against mean layers run, per method, for the λ sweep and the fixed exits."""
+def plot_early_exit(
+    table: str, savings: str, png: str, pdf: str, *, model: str, corpus: str
+) -> None:
+    """Accuracy against mean layers run and against multiply-adds, per method: the λ sweep,
+    the fixed exits, and the λ chosen for each target in sample and held out."""
     from ..io import read_table
     from ..logs import ready
     from ..plots import early_exit_figure
 
     ready()
-    early_exit_figure(read_table(table), f"{model} on {corpus}", png, pdf)
+    early_exit_figure(read_table(table), f"{model} on {corpus}", png, pdf, read_table(savings))
