@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
-from jtc.adapters import get_adapter  # noqa: E402
+from jtc.adapters import adapter_of  # noqa: E402
 from jtc.decode import Head, final_reference, score  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, _, info = load_smollm2(args.model_dir)
-    head = Head.from_model(model, get_adapter(info["architecture"]))
+    head = Head.from_model(model, adapter_of(info))
     vocab, width = head.weight.shape
     layers = info["num_layers"] + 1
     n = args.positions

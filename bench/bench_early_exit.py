@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
-from jtc.adapters import get_adapter  # noqa: E402
+from jtc.adapters import adapter_of  # noqa: E402
 from jtc.decode import Head  # noqa: E402
 from jtc.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
 from jtc.extract import prepare_inputs  # noqa: E402
@@ -86,6 +86,8 @@ def main() -> None:
         return lambda: early_exit(
             files,
             str(val),
+            str(RESULTS / "models/smollm2"),
+            str(RESULTS / "metrics/smollm2/news/parameters.parquet"),
             str(out / "s.parquet"),
             str(out / "v.parquet"),
             model="smollm2",
@@ -96,6 +98,9 @@ def main() -> None:
             decay_weight=0.1,
             min_layer=1,
             targets=[0.9, 0.95, 0.99],
+            check_every=[1],
+            folds=2,
+            seed=0,
         )
 
     one, hundred = best_time(stage(LAMBDAS_100[:1]), 3), best_time(stage(LAMBDAS_100), 3)
@@ -103,7 +108,7 @@ def main() -> None:
 
     # re-running the model per λ: the plain implementation on a sample of tokens
     model, tokenizer, info = load_smollm2(str(RESULTS / "models/smollm2"))
-    adapter = get_adapter(info["architecture"])
+    adapter = adapter_of(info)
     head = Head.from_model(model, adapter)
     maps = str(RESULTS / "maps/smollm2/news/mat.safetensors")
     vinfo = read_json(val / "info.json")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
 from jtc import corpus  # noqa: E402
-from jtc.adapters import get_adapter  # noqa: E402
+from jtc.adapters import adapter_of  # noqa: E402
 from jtc.extract import prepare_inputs, run_states  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main() -> None:
         f"position), {args.threads} threads"
     )
     print(f"peak fp32 matmul: {peak:.1f} GFLOP/s -> roofline {roofline:.0f} tokens/s")
-    adapter = get_adapter(info["architecture"])
+    adapter = adapter_of(info)
     run_states(model, adapter, prepared.inputs[:64], prepared.positions[:64], 64, 0)  # warm-up
     for batch_size in args.batch_size:
         start = time.perf_counter()
