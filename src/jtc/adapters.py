@@ -111,7 +111,7 @@ class Part:
 
     def modules(self, block: nn.Module) -> tuple[nn.Module, nn.Module]:
         """(module whose input is the part's input, module whose output is the part's output)."""
-        return _lookup(block, self.input_path), _lookup(block, self.output)
+        return lookup(block, self.input_path), lookup(block, self.output)
 
 
 @dataclass(frozen=True)
@@ -150,13 +150,13 @@ class Adapter:
         return getattr(model, self.backbone_attr, model) if self.backbone_attr else model
 
     def blocks(self, model: nn.Module) -> nn.ModuleList:
-        return _lookup(self.backbone(model), self.blocks_path)
+        return lookup(self.backbone(model), self.blocks_path)
 
     def swap_blocks(self, model: nn.Module, blocks: Sequence[nn.Module]) -> nn.ModuleList:
         """Put `blocks` (e.g. a suffix of the blocks) in place of the model's block list and
         return the list it replaced. The backbone then runs only those blocks."""
         parent_path, _, attr = self.blocks_path.rpartition(".")
-        parent = _lookup(self.backbone(model), parent_path)
+        parent = lookup(self.backbone(model), parent_path)
         old = getattr(parent, attr)
         setattr(parent, attr, blocks if isinstance(blocks, type(old)) else type(old)(blocks))
         return old
@@ -173,7 +173,7 @@ class Adapter:
     def final_norm(self, model: nn.Module) -> nn.Module | None:
         if self.final_norm_attr is None:
             return None
-        return _lookup(self.backbone(model), self.final_norm_attr)
+        return lookup(self.backbone(model), self.final_norm_attr)
 
     def head(self, model: nn.Module) -> tuple[nn.Module | None, nn.Module]:
         """(transform, unembedding) of the decoder head; AttributeError when the model has none.
@@ -181,11 +181,11 @@ class Adapter:
         transform), else a jtc.headchain.HeadChain of the model's modules."""
         if not self.unembedding_path:
             raise AttributeError(f"architecture '{self.name}' as loaded has no decoder head")
-        unembedding = _lookup(model, self.unembedding_path)
+        unembedding = lookup(model, self.unembedding_path)
         norm = self.final_norm(model)
         steps = [norm] if norm is not None else []
-        steps += [_lookup(model, path) for path in self.head_transform]
-        capture = None if self.head_capture is None else _lookup(model, self.head_capture)
+        steps += [lookup(model, path) for path in self.head_transform]
+        capture = None if self.head_capture is None else lookup(model, self.head_capture)
         if capture is None and len(steps) <= 1:
             return (steps[0] if steps else None), unembedding
         from .headchain import HeadChain
@@ -202,7 +202,7 @@ class Adapter:
         if self.head_capture is not None:
             paths.append(self.head_capture)
         paths.append(self.unembedding_path)
-        return [(path, _lookup(model, path)) for path in paths]
+        return [(path, lookup(model, path)) for path in paths]
 
     def describe_head(self) -> str:
         steps = [f"norm {self.final_norm_attr}" if self.final_norm_attr else "no final norm"]
@@ -225,7 +225,8 @@ class Adapter:
         return sum(p.numel() for m in modules for p in m.parameters())
 
 
-def _lookup(module, path: str):
+def lookup(module, path: str):
+    """The module at a dotted path below `module` ("" : itself)."""
     for attr in path.split(".") if path else ():
         module = getattr(module, attr)
     return module

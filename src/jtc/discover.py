@@ -22,6 +22,7 @@ from .adapters import (
     Part,
     UnsupportedArchitecture,
     encoder_decoder_message,
+    lookup,
     not_transformer_message,
 )
 
@@ -55,15 +56,9 @@ HEAD_TRANSFORMS = {"distilbert": ("vocab_transform", "activation", "vocab_layer_
 CHECK_TOKENS = (2, 7)  # the random batch the candidates are checked on: sequences x tokens
 
 
-def _lookup(module: nn.Module, path: str) -> nn.Module:
-    for attr in path.split(".") if path else ():
-        module = getattr(module, attr)
-    return module
-
-
 def _has(module: nn.Module, path: str) -> bool:
     try:
-        return isinstance(_lookup(module, path), nn.Module)
+        return isinstance(lookup(module, path), nn.Module)
     except AttributeError:
         return False
 
@@ -136,7 +131,7 @@ def _head_transforms(model: nn.Module, backbone_attr: str, unembedding: str) -> 
     generator_predictions, ModernBERT's head); or the unembedding's parent run whole, its
     input captured (RoBERTa's lm_head, whose activation is a function call, not a module)."""
     parent, _, name = unembedding.rpartition(".")
-    holder = _lookup(model, parent)
+    holder = lookup(model, parent)
     siblings = []
     for child_name, child in holder.named_children():
         if child_name == name:
@@ -203,7 +198,7 @@ def discover(model: nn.Module, task: str) -> Adapter:
     base = Adapter(model_type, task, backbone_attr, blocks_path, None, (), "", ())
     if unembedding is None:  # a bare backbone (r² only): its last block's output is h_L
         return base
-    blocks = _lookup(backbone, blocks_path)
+    blocks = lookup(backbone, blocks_path)
     with torch.no_grad(), _last_block_output(blocks) as captured:
         logits = model(**_check_batch(model)).logits
     last = captured[-1]

@@ -131,9 +131,7 @@ def generate(
             if float(top.values[0, 0] - top.values[0, 1]) > threshold(position):
                 exited, token = layer, int(top.indices[0, 0])
                 for skipped in range(layer, last):
-                    _fill_cache(
-                        blocks[skipped], skipped, state, position_embeddings, cache, where
-                    )
+                    _fill_cache(blocks[skipped], skipped, state, position_embeddings, cache, where)
                 break
         if exited == last:
             token = int(head.logits(state[0].float()).argmax())

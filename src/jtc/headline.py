@@ -68,9 +68,7 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
         held = [r for r in tables.savings.to_pylist() if r["selection"] == "held_out"]
         target = min(r["target"] for r in held)
         every = min(r["check_every"] for r in held)
-        saved = {
-            r["method"]: r for r in held if (r["target"], r["check_every"]) == (target, every)
-        }
+        saved = {r["method"]: r for r in held if (r["target"], r["check_every"]) == (target, every)}
     methods = {r["method"] for r in r2} | set(size)
     rows = []
     for method in _ordered(methods):

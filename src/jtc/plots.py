@@ -263,9 +263,7 @@ def early_exit_figure(
     marks = 2 if savings is not None else 0  # the chosen λ in sample and held out
     legend_rows = -(-len(methods) * (2 + len(intervals) + marks) // 3)  # (three columns)
     legend_height = 0.3 + 0.17 * legend_rows  # inches
-    fig, (layers_ax, macs_ax) = plt.subplots(
-        1, 2, figsize=(11.5, 4.4 + legend_height), sharey=True
-    )
+    fig, (layers_ax, macs_ax) = plt.subplots(1, 2, figsize=(11.5, 4.4 + legend_height), sharey=True)
 
     def curve(ax, method, policy, x, every=None, **style):
         points = sorted(
