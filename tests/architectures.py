@@ -79,12 +79,17 @@ def build(model_type: str, vocab_size: int, seed: int = 0):
 
 
 def readme_table(rows: list[tuple[str, str, str, str]]) -> str:
-    """The README's table: (model type, task, decoder head, sub-module shortcuts) per row."""
-    lines = [
-        "| model type | task | decoder head | sub-module shortcuts |",
-        "| --- | --- | --- | --- |",
-    ]
-    lines += [f"| `{t}` | {task} | {head} | {parts} |" for t, task, head, parts in rows]
+    """The README's list of tested model types: (model type, task, decoder head, sub-module
+    shortcuts) per row, grouped by task and by whether block parts were found."""
+    groups: dict[tuple[str, bool], list[str]] = {}
+    for model_type, task, head, parts in rows:
+        capped = " (soft-capped logits)" if "soft-capped" in head else ""
+        groups.setdefault((task, parts == "yes"), []).append(f"`{model_type}`{capped}")
+    names = {"causal": "Causal LMs", "masked": "Masked LMs"}
+    lines = []
+    for (task, separable), types in groups.items():
+        shortcuts = "with sub-module shortcuts" if separable else "parts not separable"
+        lines.append(f"- {names[task]}, {shortcuts}: {', '.join(types)}.")
     return "\n".join(lines) + "\n"
 
 
