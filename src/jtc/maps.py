@@ -376,13 +376,16 @@ def parameter_table(
     for method, path in sorted(files.items()):
         shortcut = load_map(path, 0, num_layers)
         parameters, buffers = shortcut.parameter_counts()
-        distinct = {}  # maps into the last layer, by their bytes: one_jump stores one L times
+        # maps into the last layer, told apart by a digest of their bytes (not the bytes: L
+        # d × d maps of a large model would be held at once); one_jump stores one L times
+        distinct = {}
         for source in range(num_layers):
             into_last = load_map(path, source, num_layers)
-            key = tuple(
-                (name, np.asarray(t).tobytes()) for name, t in sorted(into_last.tensors.items())
-            )
-            distinct[key] = into_last.parameter_counts()[0]
+            digest = hashlib.sha256()
+            for name, tensor in sorted(into_last.tensors.items()):
+                digest.update(name.encode())
+                digest.update(np.ascontiguousarray(tensor).tobytes())
+            distinct[digest.hexdigest()] = into_last.parameter_counts()[0]
         rows.append(
             {
                 **common,
