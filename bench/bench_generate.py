@@ -32,12 +32,12 @@ MODEL, CORPUS, TARGETS = "smollm2", "news", (0.95, 0.9)
 
 
 def chosen(results: Path, method: str, target: float) -> dict:
-    """The early-exit table's rows for a method and target, checking every layer."""
+    """The early-exit table's rows for a method and target, the full check at every layer."""
     table = read_table(results / f"metrics/{MODEL}/{CORPUS}/early_exit_savings.parquet")
     rows = [
         r
         for r in table.to_pylist()
-        if (r["method"], r["target"], r["check_every"]) == (method, target, 1)
+        if (r["method"], r["target"], r["check"], r["check_every"]) == (method, target, "full", 1)
     ]
     return {r["selection"]: r for r in rows}
 

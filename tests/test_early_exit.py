@@ -155,6 +155,11 @@ def test_the_cost_of_a_token_counts_blocks_attention_checks_and_the_final_decode
     assert cost.per_token(result)[0] == pytest.approx(want / 2)
     assert cost.full(t, 4) == pytest.approx(4 * (100 + 16 * 3) + 400)
     assert cost.fixed_exit(2, t, 4) == pytest.approx(2 * (100 + 16 * 3) + 64 + 400)
+    # a cheaper check (the shortlist's) costs less per check; the final decode is the head's
+    cheap = ExitCost.of(info, map_parameters=64, check=30)
+    want = (1 * (100 + 16 * 1) + 1 * (64 + 30)) + (4 * (100 + 16 * 5) + 3 * (64 + 30) + 400)
+    assert cheap.per_token(result)[0] == pytest.approx(want / 2)
+    assert cheap.full(t, 4) == cost.full(t, 4)
 
 
 def test_held_out_thresholds_are_chosen_without_the_positions_they_score():
@@ -195,30 +200,61 @@ def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
             p1 = rng.uniform(0.3, 1.0, size=n)
             p2 = p1 * rng.uniform(0, 1, size=n)
             right = (rng.uniform(size=n) < skill + (1 - skill) * layer / last) | (layer == last)
+            # the shortlist check: its own, less sure confidences and a few misses more
+            s1 = p1 * rng.uniform(0.7, 1.0, size=n)
+            s_right = right & (rng.uniform(size=n) < 0.95) | (layer == last)
             rows += [
                 {"method": method, "layer": layer, "sentence_id": i, "top1_prob": p1[i],
-                 "top2_prob": p2[i], "final_rank": 1 if right[i] else 2}
+                 "top2_prob": p2[i], "final_rank": 1 if right[i] else 2,
+                 "shortlist_top1_prob": s1[i], "shortlist_top2_prob": p2[i] * 0.5,
+                 "shortlist_final_rank": 1 if s_right[i] else 0}
                 for i in range(n)
             ]  # fmt: skip
         scores[method] = pa.Table.from_pylist(rows)
         info = {"num_layers": last, "hidden_size": 8, "non_embedding_parameters": 600}
         costs[method] = ExitCost.of({**info, "vocab_size": 40}, 64 if method == "mat" else 0)
     positions = pa.table({"sentence_id": np.arange(n), "position": rng.integers(0, 20, n)})
+    args = (scores, positions, last, ExitRule(), np.linspace(-0.1, 1.2, 60), [0.9], costs)
+    with pytest.raises(ValueError, match="no cost for it"):
+        exit_tables(*args, model="m", corpus="c")
     sweep_table, saved = exit_tables(
-        scores, positions, last, ExitRule(), np.linspace(-0.1, 1.2, 60), [0.9], costs,
-        model="m", corpus="c", check_every=(1, 2), folds=2, seed=0,
-    )  # fmt: skip
-    rows = {(r["method"], r["selection"], r["check_every"]): r for r in saved.to_pylist()}
+        *args, model="m", corpus="c", check_every=(1, 2), folds=2, seed=0, shortlist=100.0
+    )
+    rows = {
+        (r["method"], r["check"], r["selection"], r["check_every"]): r for r in saved.to_pylist()
+    }
     assert set(rows) == {
-        (m, s, k) for m in ("id", "mat") for s in ("in_sample", "held_out") for k in (1, 2)
+        (m, c, s, k)
+        for m in ("id", "mat")
+        for c in ("full", "shortlist")
+        for s in ("in_sample", "held_out")
+        for k in (1, 2)
     }
     sweep_rows = sweep_table.to_pylist()
-    for (method, selection, every), row in rows.items():
+    t = positions.column("position").to_numpy()
+    for check in ("full", "shortlist"):  # each check's sweep from its own columns
+        for method in ("id", "mat"):
+            table = scores[method] if check == "full" else _as_full(scores[method])
+            _, confidence, correct = layer_arrays(table)
+            want = sweep(confidence, correct, t, np.linspace(-0.1, 1.2, 60), ExitRule())
+            got = [
+                r
+                for r in sweep_rows
+                if (r["method"], r["check"], r["check_every"]) == (method, check, 1)
+            ]
+            np.testing.assert_allclose([r["accuracy"] for r in got], want.accuracy)
+            # priced with that check's decode: the shortlist's 100 multiply-adds, not 40 × 8
+            cost = ExitCost.of({**info, "vocab_size": 40}, 64 if method == "mat" else 0,
+                               check=100.0 if check == "shortlist" else None)  # fmt: skip
+            macs = 100 * cost.per_token(want) / cost.full(t, last)
+            np.testing.assert_allclose([r["macs_percent"] for r in got], macs)
+    for (method, check, selection, every), row in rows.items():
         if selection == "in_sample":  # the fewest layers among the λ reaching the target
             swept = [
                 r
                 for r in sweep_rows
-                if (r["method"], r["check_every"], r["policy"]) == (method, every, "confidence")
+                if (r["method"], r["check"], r["check_every"], r["policy"])
+                == (method, check, every, "confidence")
                 and r["accuracy"] >= 0.9
             ]
             best = min(swept, key=lambda r: r["mean_layers"])
@@ -228,10 +264,20 @@ def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
             assert row["lambda"] is None
         assert row["saved_percent"] == pytest.approx(100 * (last - row["mean_layers"]) / last)
         assert row["macs_saved_percent"] == pytest.approx(100 - row["macs_percent"])
-        base = rows[("id", selection, every)]
+        base = rows[("id", check, selection, every)]
         assert row["beyond_id_percent"] == pytest.approx(
             row["saved_percent"] - base["saved_percent"]
         )
     # fixed exits: no checks; at the last layer, the full model's cost
     fixed = [r for r in sweep_rows if r["policy"] == "fixed" and r["exit_layer"] == last]
     assert all(r["checks"] == 0 and r["macs_percent"] == pytest.approx(100) for r in fixed)
+    assert all(r["check"] is None for r in sweep_rows if r["policy"] == "fixed")
+
+
+def _as_full(table):
+    """A scores table whose full-check columns are its shortlist check's."""
+    for column in ("top1_prob", "top2_prob", "final_rank"):
+        table = table.set_column(
+            table.column_names.index(column), column, table.column(f"shortlist_{column}")
+        )
+    return table

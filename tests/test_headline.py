@@ -70,12 +70,14 @@ def savings(methods):
             "selection": selection,
             "check_every": every,
             "target": target,
+            "check": check,
             "saved_percent": 10.0 * (i + 1) + target + (selection == "held_out") + every,
-            "macs_saved_percent": -5.0 * i + target,
+            "macs_saved_percent": -5.0 * i + target + 50.0 * (check == "shortlist"),
         }
         for i, m in enumerate(methods)
         for target in (0.99, 0.9, 0.95)
         for selection in ("in_sample", "held_out")
+        for check in ("shortlist", "full")
         for every in (1, 4)
     ]
     return rows_table(rows, SAVINGS_COLUMNS)
@@ -94,7 +96,7 @@ def test_one_row_per_method_read_at_the_middle_layer():
     assert math.isclose(mat["precision1_ci_low"], 0.75)
     assert math.isclose(rows["id"]["precision1_middle"], 0.5)
     assert math.isclose(rows["njtc"]["surprisal_middle"], 5.0 - 2 - 2)
-    # early exit: at the lowest target, λ held out, checking every layer
+    # early exit: at the lowest target, λ held out, the full check at every layer
     assert mat["exit_target"] == 0.9 and math.isclose(mat["exit_saved_percent"], 22.9)
     assert math.isclose(mat["exit_macs_saved_percent"], -4.1)
 

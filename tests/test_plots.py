@@ -57,21 +57,23 @@ def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
         {
             "method": m,
             "policy": p,
+            "check": c if p == "confidence" else None,
             "check_every": k,
             "mean_layers": x,
-            "macs_percent": 100 * x / 30 + 5 * k,
+            "macs_percent": 100 * x / 30 + 5 * k - 20 * (c == "shortlist"),
             "accuracy": x / 30,
         }
         for m in NAMES[:6]
         for p in ("confidence", "fixed")
+        for c in ("full", "shortlist")
         for k in (1, 4)
         for x in np.linspace(1, 30, 8)
     ]
     seen = {}
     monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
     chosen = [
-        {"method": m, "selection": s, "check_every": 1, "mean_layers": 20.0, "macs_percent": 300.0,
-         "accuracy": 0.9}
+        {"method": m, "selection": s, "check": "full", "check_every": 1, "mean_layers": 20.0,
+         "macs_percent": 300.0, "accuracy": 0.9}
         for m in NAMES[:6]
         for s in ("in_sample", "held_out")
     ]  # fmt: skip
@@ -89,8 +91,9 @@ def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
     assert len(fig.axes) == 2 and not any(overlaps(box, ax.get_window_extent()) for ax in fig.axes)
     assert box.x0 >= fig.bbox.x0 - 1 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= fig.bbox.y0 - 1
     # every method: a confidence and a fixed curve and the λ chosen in sample and held out on
-    # the left, one curve per check interval on the right
-    assert len(legend.get_texts()) == 6 * (2 + 2 + 2)
+    # the left, one curve per check and interval on the right
+    assert len(legend.get_texts()) == 6 * (2 + 2 * 2 + 2)
     texts = [t.get_text() for t in legend.get_texts()]
     assert f"{NAMES[0]}, λ chosen held out" in texts
+    assert f"{NAMES[0]}, shortlist check every 4 layers" in texts
     plt.close(fig)

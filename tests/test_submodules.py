@@ -225,7 +225,7 @@ def test_architecture_without_part_adapter_is_named():
 
 def test_a_layer_map_file_is_not_taken_for_part_maps(tmp_path):
     save_maps(tmp_path / "mat.safetensors", {0: {1: np.eye(4)}}, {"method": "mat"})
-    with pytest.raises(CorruptFileError, match="not a sub-module map file"):
+    with pytest.raises(CorruptFileError, match="not a jtc sub-module maps file"):
         load_part_maps(tmp_path / "mat.safetensors")
 
 

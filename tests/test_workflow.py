@@ -104,8 +104,9 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
         assert "## Sentence" in (workdir / f"results/metrics/{model}/mini/examples.md").read_text()
         sweep = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit.parquet")
         confident = [r for r in sweep.to_pylist() if r["policy"] == "confidence"]
-        # (id, mat) x 125 λ x the check intervals 1 and 4 (the default)
-        assert len(confident) == 2 * 125 * 2 and min(r["mean_layers"] for r in confident) == 1.0
+        # (id, mat) x the full and shortlist checks x 125 λ x the check intervals 1 and 4
+        assert len(confident) == 2 * 2 * 125 * 2 and min(r["mean_layers"] for r in confident) == 1
+        assert {r["check"] for r in confident} == {"full", "shortlist"}
         assert all(0 < r["macs_percent"] for r in confident)
         assert max(r["accuracy"] for r in confident) == 1.0
         saved = pq.read_table(workdir / f"results/metrics/{model}/mini/early_exit_savings.parquet")
@@ -138,6 +139,7 @@ def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_p
     assert ran == {
         "extract_hidden": 2,
         "fit_map": 2,
+        "fit_shortlist": 2,
         "parameter_table": 2,
         "r2_table": 2,
         "plot_r2": 2,
@@ -161,6 +163,30 @@ def test_an_early_exit_setting_reruns_only_the_sweep_and_its_figure(tiny_run, tm
     # (the confidences are not recomputed)
     ran = rerun_changed(tiny_run, tmp_path, early_exit={"tau": 2.0})
     assert ran == {"early_exit": 2, "plot_early_exit": 2, "headline_table": 1, "all": 1}
+
+
+def test_the_shortlist_settings_rerun_the_decoding_and_what_reads_it(tiny_run, tmp_path):
+    # candidates: the checks decoding computes; the fitted factorisation stays
+    ran = rerun_changed(tiny_run, tmp_path, early_exit={"shortlist_candidates": 3})
+    reads_scores = {
+        "decode_predictions": 2,
+        "prediction_table": 2,
+        "plot_prediction": 2,
+        "early_exit": 2,
+        "plot_early_exit": 2,
+        "headline_table": 1,
+        "all": 1,
+    }
+    assert ran == reads_scores
+    config = read_config(tmp_path)
+    config["early_exit"]["shortlist_rank"] = 2  # the factorisation, then the same
+    write_config(tmp_path, config)
+    assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {"fit_shortlist": 2, **reads_scores}
+    config["early_exit"]["shortlist_rank"] = 0  # off: no factorisation, no shortlist rows
+    write_config(tmp_path, config)
+    assert rules_run(run_snakemake(tmp_path, "all")) == reads_scores
+    sweep = pq.read_table(tmp_path / "results/metrics/gpt/mini/early_exit.parquet")
+    assert set(sweep.column("check").to_pylist()) == {"full", None}  # (fixed exits: none)
 
 
 TRAINED = ["njtc", "nnjtc", "one_jump", "tuned_lens"]
@@ -805,6 +831,7 @@ EVERY_STAGE = {
     "r2_table",
     "plot_r2",
     "parameter_table",
+    "fit_shortlist",
     "decode_predictions",
     "prediction_table",
     "plot_prediction",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,9 @@ import torch
 from torch import nn
 
 from .adapters import Adapter, missing_head_message
+
+if TYPE_CHECKING:
+    from .shortlist import Shortlist
 
 DECODE_BYTES = 64 << 20  # float32 logits held at once
 SCORE_COLUMNS = (
@@ -28,6 +32,12 @@ SCORE_COLUMNS = (
     "surprisal",  # -ln p_final(top1_id), nats
     "kl",  # KL(final || shortcut), nats
     "cross_entropy",  # -ln p_shortcut(gold token), nats; NaN where there is no gold token
+)
+# the shortlist exit check's (jtc.shortlist), where decoding is given one
+SHORTLIST_COLUMNS = (
+    "shortlist_top1_prob",  # p̂ of the shortlist's prediction
+    "shortlist_top2_prob",  # p̂ of its runner-up (the check's confidence is their difference)
+    "shortlist_final_rank",  # rank of its prediction in the final prediction, 0 beyond max k
 )
 
 
@@ -59,7 +69,7 @@ class Head:
         # logits = c·tanh(W f / c) for a model that soft-caps them (Gemma 2), else W f
         self.softcap = softcap or None
 
-    def _cap(self, logits: torch.Tensor) -> torch.Tensor:
+    def cap(self, logits: torch.Tensor) -> torch.Tensor:
         if self.softcap is None:
             return logits
         return self.softcap * torch.tanh(logits / self.softcap)
@@ -90,7 +100,7 @@ class Head:
         return states if self.transform is None else self.transform(states)
 
     def unembed(self, features: torch.Tensor) -> torch.Tensor:
-        return self._cap(nn.functional.linear(features, self.weight, self.bias))
+        return self.cap(nn.functional.linear(features, self.weight, self.bias))
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         return self.unembed(self.features(states))
@@ -98,7 +108,7 @@ class Head:
     def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The logit of one token per row, without the whole-vocabulary product."""
         logit = (self.weight[tokens] * features).sum(1)
-        return self._cap(logit if self.bias is None else logit + self.bias[tokens])
+        return self.cap(logit if self.bias is None else logit + self.bias[tokens])
 
 
 @dataclass
@@ -121,6 +131,12 @@ def _rows(states: np.ndarray, rows: slice) -> torch.Tensor:
 def _chunks(n: int, size: int):
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
+
+
+def features_in_chunks(head: Head, states: np.ndarray):
+    """The head's features of `states`, chunk by chunk (the chunks decoding uses)."""
+    for rows in _chunks(len(states), head.rows_per_chunk()):
+        yield head.features(_rows(states, rows))
 
 
 @torch.inference_mode()
@@ -146,9 +162,14 @@ def final_reference(head: Head, final_states: np.ndarray, k: int) -> Reference:
 
 @torch.inference_mode()
 def score(
-    head: Head, reference: Reference, states: np.ndarray, gold_ids: np.ndarray
+    head: Head,
+    reference: Reference,
+    states: np.ndarray,
+    gold_ids: np.ndarray,
+    shortlist: Shortlist | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-position scores (SCORE_COLUMNS) of D(states) against the final prediction.
+    """Per-position scores (SCORE_COLUMNS, and SHORTLIST_COLUMNS with a `shortlist` check) of
+    D(states) against the final prediction.
 
     `states` are already mapped to the last layer; `gold_ids` is -1 where there is no gold token.
     Chunks are the same as final_reference's, so states equal to h_L give bit-identical logits.
@@ -157,15 +178,16 @@ def score(
     cross-entropy, which are then averaged over the other positions.
     """
     n = len(states)
-    out = {
-        c: np.empty(n, dtype=np.int64 if c in ("top1_id", "final_rank") else np.float64)
-        for c in SCORE_COLUMNS
-    }
+    columns = SCORE_COLUMNS + (SHORTLIST_COLUMNS if shortlist is not None else ())
+    out = {c: np.empty(n, dtype=np.int64 if c in _INTEGER else np.float64) for c in columns}
     gold_all = torch.tensor(gold_ids, dtype=torch.long)
     for rows in _chunks(n, head.rows_per_chunk()):
         feats = head.features(_rows(states, rows))
         logits = head.unembed(feats)
         top_vals, top_ids = torch.topk(logits, 2, dim=1)
+        values = {}
+        if shortlist is not None:  # before the logits are overwritten below
+            values.update(_shortlist_scores(shortlist, feats, logits, reference.top_ids[rows]))
         # every logit finite <=> the largest and the smallest are (a NaN wins both): two
         # reductions instead of a whole-vocabulary isfinite mask
         finite = torch.isfinite(top_vals[:, 0]) & torch.isfinite(logits.amin(1))
@@ -181,15 +203,13 @@ def score(
         # log-sum-exp in place: the logits are not needed after this
         log_norm = top_vals[:, 0] + logits.sub_(top_vals[:, :1]).exp_().sum(1).log_()
         top1 = top_ids[:, 0]
-        matches = reference.top_ids[rows] == top1[:, None]
-        rank = torch.where(matches.any(1), matches.int().argmax(1) + 1, 0)
         final_top1_logit = head.token_logit(reference.features[rows], top1)
         kl = reference.neg_entropy[rows] - (expected_logit - log_norm)
-        values = {
+        values |= {
             "top1_id": top1,
             "top1_prob": (top_vals[:, 0] - log_norm).exp(),
             "top2_prob": (top_vals[:, 1] - log_norm).exp(),
-            "final_rank": rank,
+            "final_rank": _final_rank(reference.top_ids[rows], top1),
             "surprisal": reference.log_norm[rows] - final_top1_logit,
             "kl": kl.clamp(min=0.0),
             "cross_entropy": torch.where(has_gold, log_norm - gold_logit, torch.nan),
@@ -197,12 +217,35 @@ def score(
         for column, value in values.items():
             if column == "top1_id":
                 value = torch.where(finite, value, -1)
-            elif column == "final_rank":
+            elif column in _INTEGER:
                 value = torch.where(finite, value, 0)
             else:
                 value = torch.where(finite, value, torch.nan)
             out[column][rows] = value.cpu().numpy()
     return out
+
+
+_INTEGER = ("top1_id", "final_rank", "shortlist_final_rank")
+
+
+def _final_rank(final_top: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The 1-based rank of each token among the final top-k tokens (n, k), 0 if absent."""
+    matches = final_top == tokens[:, None]
+    return torch.where(matches.any(1), matches.int().argmax(1) + 1, 0)
+
+
+def _shortlist_scores(
+    shortlist: Shortlist, features: torch.Tensor, logits: torch.Tensor, final_top: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """SHORTLIST_COLUMNS of a chunk: the candidates' exact logits read from the whole-vocabulary
+    `logits` that scoring computes anyway (the same values a deployed check computes for them
+    alone)."""
+    prediction, first, second = shortlist.check(features, logits)
+    return {
+        "shortlist_top1_prob": first,
+        "shortlist_top2_prob": second,
+        "shortlist_final_rank": _final_rank(final_top, prediction),
+    }
 
 
 @torch.inference_mode()

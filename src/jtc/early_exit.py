@@ -12,6 +12,7 @@ implementation: it runs a model block by block and stops at the first layer that
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ SWEEP_COLUMNS = {
     "corpus": pa.string(),
     "method": pa.string(),
     "policy": pa.string(),  # "confidence" (the exit rule, per λ) or "fixed" (every token at l)
+    # how the confidence is computed: "full" (the whole vocabulary decoded) or "shortlist"
+    # (jtc.shortlist: exact logits of candidates picked by a low-rank head); null when fixed
+    "check": pa.string(),
     "check_every": pa.int32(),  # confidence checked at every k-th layer from min_layer
     "lambda": pa.float64(),  # null for fixed exits
     "exit_layer": pa.int32(),  # null for confidence exits
@@ -54,6 +58,7 @@ SAVINGS_COLUMNS = {
     # "in_sample": λ chosen on the positions it is scored on (the paper's numbers);
     # "held_out": λ chosen on the other folds of the validation positions, scored on each fold
     "selection": pa.string(),
+    "check": pa.string(),
     "check_every": pa.int32(),
     "target": pa.float64(),
     "lambda": pa.float64(),  # null for held_out (one λ per fold)
@@ -117,8 +122,24 @@ def exit_layers(
     return outcomes[below]
 
 
-def layer_arrays(scores: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sentence ids (n,), confidence (n, L+1), correct (n, L+1)) from one method's scores."""
+CHECK_COLUMNS = {  # the score columns each check's confidence and prediction come from
+    "full": ("top1_prob", "top2_prob", "final_rank"),
+    "shortlist": ("shortlist_top1_prob", "shortlist_top2_prob", "shortlist_final_rank"),
+}
+
+
+def checks_in(scores: pa.Table) -> list[str]:
+    """The checks whose columns a method's scores have ("full" always)."""
+    names = set(scores.column_names)
+    return [check for check, columns in CHECK_COLUMNS.items() if set(columns) <= names]
+
+
+def layer_arrays(
+    scores: pa.Table, check: str = "full"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sentence ids (n,), confidence (n, L+1), correct (n, L+1)) from one method's scores, of
+    one check (CHECK_COLUMNS)."""
+    first, second, rank = CHECK_COLUMNS[check]
     layers = sorted(set(scores.column("layer").to_pylist()))
     if layers != list(range(len(layers))):
         raise ValueError(f"scores do not cover layers 0..{len(layers) - 1}")
@@ -130,9 +151,9 @@ def layer_arrays(scores: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             ids = layer_ids
         elif not np.array_equal(ids, layer_ids):
             raise ValueError(f"layer {layer} scores are not on the same positions as layer 0")
-        top1 = rows.column("top1_prob").to_numpy()
-        confidence.append(top1 - rows.column("top2_prob").to_numpy())
-        correct.append(rows.column("final_rank").to_numpy() == 1)
+        top1 = rows.column(first).to_numpy()
+        confidence.append(top1 - rows.column(second).to_numpy())
+        correct.append(rows.column(rank).to_numpy() == 1)
     return ids, np.stack(confidence, axis=1), np.stack(correct, axis=1)
 
 
@@ -210,33 +231,47 @@ def sweep(
     )
 
 
+def shortlist_macs(info: dict, rank: int, candidates: int) -> float:
+    """Multiply-adds of one shortlist check (jtc.shortlist) of a cached model (its info.json):
+    k·w + V·k + c·w, with k and c capped as the check caps them."""
+    width, vocab = info["hidden_size"], info["vocab_size"]
+    k, c = min(rank, width), min(candidates, vocab)
+    return float(k * width + vocab * k + c * width)
+
+
 @dataclass(frozen=True)
 class ExitCost:
     """Multiply-adds per token of what early exit runs: a block (its weights; attention over the
-    prefix adds `attention_per_token` per prefix token), one shortcut map and one decode by the
-    head (vocabulary × width)."""
+    prefix adds `attention_per_token` per prefix token), one shortcut map, one decode by the head
+    (vocabulary × width) and one check's decode (`check`: the whole head for the full check, less
+    for the shortlist check)."""
 
     block: float
     attention_per_token: float
     head: float
     shortcut: float
+    check: float
 
     @classmethod
-    def of(cls, info: dict, map_parameters: float) -> ExitCost:
-        """From a cached model's info.json and the parameters of one of a method's maps."""
+    def of(cls, info: dict, map_parameters: float, check: float | None = None) -> ExitCost:
+        """From a cached model's info.json, the parameters of one of a method's maps and the
+        multiply-adds of a check's decode (None: the full check's, the whole head)."""
         layers, width = info["num_layers"], info["hidden_size"]
+        head = float(info["vocab_size"]) * width
         return cls(
             block=info["non_embedding_parameters"] / layers,
             attention_per_token=2.0 * width,  # q·k and the weighted sum of v, per prefix token
-            head=float(info["vocab_size"]) * width,
+            head=head,
             shortcut=float(map_parameters),
+            check=head if check is None else float(check),
         )
 
     def per_token(self, result: Sweep) -> np.ndarray:
-        """Mean multiply-adds per token of each λ: blocks run, checks (a map and a decode
-        each), and the final decode of the tokens that run to the end."""
+        """Mean multiply-adds per token of each λ: blocks run, checks (a map and a check's
+        decode each; an exiting token takes the check's prediction), and the whole head's decode
+        of the tokens that run to the end."""
         blocks = result.mean_layers * self.block + result.context * self.attention_per_token
-        checks = result.checks * (self.shortcut + self.head)
+        checks = result.checks * (self.shortcut + self.check)
         return blocks + checks + (1.0 - result.early_fraction) * self.head
 
     def fixed_exit(self, layer: int, positions: np.ndarray, last: int) -> float:
@@ -344,57 +379,43 @@ def exit_tables(
     check_every: tuple[int, ...] = (1,),
     folds: int = 2,
     seed: int = 0,
+    shortlist: float | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """(the λ sweep and fixed exits of every method, SWEEP_COLUMNS; the fewest layers at each
     target accuracy, in sample and held out, SAVINGS_COLUMNS) from each method's per-position
-    scores on the validation `positions`, for each check interval; `costs` per method."""
+    scores on the validation `positions`, for each check the scores hold (checks_in) and each
+    check interval; `costs` per method (the full check's), `shortlist` the multiply-adds of one
+    shortlist check (shortlist_macs), needed where the scores hold that check."""
     common = {"model": model, "corpus": corpus}
     t = positions.column("position").to_numpy()
     rows, saved = [], []
     for method, table in sorted(scores.items()):
-        ids, confidence, correct = layer_arrays(table)
-        if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
-            raise CorruptFileError(
-                f"{method}'s scores: positions differ from the validation states"
-            )
-        data = Arrays(confidence, correct, t, ids)
-        cost, full = costs[method], costs[method].full(t, last)
-        priced = (cost, full, last)
-        for every in check_every:
-            result = sweep(confidence, correct, t, lambdas, rule, every=every)
-            macs = 100.0 * cost.per_token(result) / full
-            for i, lam in enumerate(result.lambdas):
-                rows.append(
-                    {
-                        **common,
-                        "method": method,
-                        "policy": "confidence",
-                        "check_every": every,
-                        "lambda": float(lam),
-                        "mean_layers": float(result.mean_layers[i]),
-                        "accuracy": float(result.accuracy[i]),
-                        "early_fraction": float(result.early_fraction[i]),
-                        "checks": float(result.checks[i]),
-                        "macs_percent": float(macs[i]),
-                    }
+        for check in checks_in(table):
+            if check == "shortlist" and shortlist is None:
+                raise ValueError(f"{method}'s scores hold a shortlist check, but no cost for it")
+            ids, confidence, correct = layer_arrays(table, check)
+            if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
+                raise CorruptFileError(
+                    f"{method}'s scores: positions differ from the validation states"
                 )
-            for target in targets:
-                best = _fewest_layers(result, target)
-                if best is not None:
-                    picked = _at(result, best)
-                    saved.append(
-                        _saving(common, method, "in_sample", every, target, picked, priced)
-                    )
-                outside = held_out(data, lambdas, rule, target, every, folds, seed)
-                saved.append(_saving(common, method, "held_out", every, target, outside, priced))
-            log.info(
-                "%s, checks every %d: %d λ values, accuracy %.3f..%.3f",
-                method,
-                every,
-                len(lambdas),
-                result.accuracy.min(),
-                result.accuracy.max(),
-            )
+            data = Arrays(confidence, correct, t, ids)
+            cost = costs[method]
+            if check == "shortlist":
+                cost = dataclasses.replace(cost, check=shortlist)
+            priced = (cost, cost.full(t, last), last)
+            key = {**common, "method": method, "check": check}
+            for every in check_every:
+                result = sweep(confidence, correct, t, lambdas, rule, every=every)
+                rows += _sweep_rows(key, every, result, priced)
+                for target in targets:
+                    best = _fewest_layers(result, target)
+                    if best is not None:
+                        picked = _at(result, best)
+                        saved.append(_saving(key, "in_sample", every, target, picked, priced))
+                    outside = held_out(data, lambdas, rule, target, every, folds, seed)
+                    saved.append(_saving(key, "held_out", every, target, outside, priced))
+        _, _, correct = layer_arrays(table)
+        cost = costs[method]
         for layer in range(rule.min_layer, last + 1):  # every token at one layer: no checks
             rows.append(
                 {
@@ -406,18 +427,13 @@ def exit_tables(
                     "accuracy": float(correct[:, layer].mean()),
                     "early_fraction": float(layer < last),
                     "checks": 0.0,
-                    "macs_percent": 100.0 * cost.fixed_exit(layer, t, last) / full,
+                    "macs_percent": 100.0 * cost.fixed_exit(layer, t, last) / cost.full(t, last),
                 }
             )
+    same = ("selection", "check", "check_every", "target")
     for row in saved:
         base = next(
-            (
-                r
-                for r in saved
-                if r["method"] == "id"
-                and (r["selection"], r["check_every"], r["target"])
-                == (row["selection"], row["check_every"], row["target"])
-            ),
+            (r for r in saved if r["method"] == "id" and all(r[k] == row[k] for k in same)),
             None,
         )
         row["beyond_id_percent"] = (
@@ -426,17 +442,43 @@ def exit_tables(
     return rows_table(rows, SWEEP_COLUMNS), rows_table(saved, SAVINGS_COLUMNS)
 
 
-def _saving(
-    common: dict, method: str, selection: str, every: int, target: float, result: Sweep, cost
-) -> dict:
-    """A savings row from a one-λ result; `cost`: (ExitCost, the full model's multiply-adds,
-    the last layer L)."""
+def _sweep_rows(key: dict, every: int, result: Sweep, cost) -> list[dict]:
+    """The sweep table's rows of one method, check and interval: one per λ."""
+    exit_cost, full, _ = cost
+    macs = 100.0 * exit_cost.per_token(result) / full
+    log.info(
+        "%s, %s check every %d: %d λ values, accuracy %.3f..%.3f",
+        key["method"],
+        key["check"],
+        every,
+        len(result.lambdas),
+        result.accuracy.min(),
+        result.accuracy.max(),
+    )
+    return [
+        {
+            **key,
+            "policy": "confidence",
+            "check_every": every,
+            "lambda": float(lam),
+            "mean_layers": float(result.mean_layers[i]),
+            "accuracy": float(result.accuracy[i]),
+            "early_fraction": float(result.early_fraction[i]),
+            "checks": float(result.checks[i]),
+            "macs_percent": float(macs[i]),
+        }
+        for i, lam in enumerate(result.lambdas)
+    ]
+
+
+def _saving(key: dict, selection: str, every: int, target: float, result: Sweep, cost) -> dict:
+    """A savings row from a one-λ result; `key`: model, corpus, method and check; `cost`: (the
+    ExitCost, the full model's multiply-adds, the last layer L)."""
     exit_cost, full, last = cost
     macs = 100.0 * float(exit_cost.per_token(result)[0]) / full
     saved = last - float(result.mean_layers[0])
     return {
-        **common,
-        "method": method,
+        **key,
         "selection": selection,
         "check_every": every,
         "target": target,

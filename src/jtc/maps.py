@@ -438,20 +438,34 @@ def save_part_maps(
             writer.add(block, {part: weight})
 
 
-def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
-    """{(block, part): map} from a file written by PartMapWriter."""
-    maps: dict[tuple[int, str], ShortcutMap] = {}
+def read_tensor_file(
+    path: str | Path, fmt: str, what: str
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Every tensor of a jtc tensor file of format `fmt` (a `what`), each checked against the
+    checksum the file stores for it, and the file's metadata."""
     try:
         with safe_open(str(path), framework="numpy") as handle:
             meta = handle.metadata() or {}
-            if meta.get("format") != PART_FORMAT:
-                raise CorruptFileError(f"{path}: not a sub-module map file ({PART_FORMAT})")
-            for name in handle.keys():
-                block, _, part = name.partition(".")
-                if not (block.startswith("block_") and block[6:].isdigit() and part):
-                    raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
-                weight = _verified(path, name, handle.get_tensor(name), meta)
-                maps[(int(block[6:]), part)] = ShortcutMap({"weight": weight})
+            if meta.get("format") != fmt:
+                raise CorruptFileError(
+                    f"{path}: not a jtc {what} file (format {meta.get('format')!r}, expected "
+                    f"{fmt!r}); delete it and rerun the workflow to rebuild it"
+                )
+            tensors = {
+                name: _verified(path, name, handle.get_tensor(name), meta) for name in handle.keys()
+            }
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read sub-module maps {path}: {exc}") from exc
+        raise CorruptFileError(f"cannot read {what} {path}: {exc}") from exc
+    return tensors, meta
+
+
+def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
+    """{(block, part): map} from a file written by PartMapWriter."""
+    maps: dict[tuple[int, str], ShortcutMap] = {}
+    tensors, _ = read_tensor_file(path, PART_FORMAT, "sub-module maps")
+    for name, weight in tensors.items():
+        block, _, part = name.partition(".")
+        if not (block.startswith("block_") and block[6:].isdigit() and part):
+            raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
+        maps[(int(block[6:]), part)] = ShortcutMap({"weight": weight})
     return maps

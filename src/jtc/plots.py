@@ -252,44 +252,50 @@ def early_exit_figure(
     mean number of layers run (the paper's view, the checks not counted): the confidence rule's
     λ sweep checking every layer (solid) and exiting every token at a fixed layer (dashed).
     Right, against the multiply-adds per token as a share of the full model's, the checks (a
-    map and a decode each) counted: one line per check interval. With `savings`, the λ chosen for
-    each target (checking every layer) on both panels: filled markers in sample, hollow held out
-    (scored on positions the λ was not chosen on)."""
+    map and a decode each) counted: one line per check (full, shortlist) and interval. With
+    `savings`, the λ chosen for each target (the full check at the first interval) on both
+    panels: filled markers in sample, hollow held out (scored on positions the λ was not chosen
+    on)."""
     rows = table.to_pylist()
     methods = sorted({r["method"] for r in rows})
-    intervals = sorted({r["check_every"] for r in rows if r["policy"] == "confidence"})
+    variants = sorted(
+        {(r["check"], r["check_every"]) for r in rows if r["policy"] == "confidence"},
+        key=lambda v: (v[0] != "full", v),
+    )
+    intervals = sorted({every for _, every in variants})
     styles = method_style(methods)
-    dashes = {every: ["-", ":", "-.", (0, (5, 1))][i % 4] for i, every in enumerate(intervals)}
+    dashes = {v: ["-", ":", "-.", (0, (5, 1)), (0, (1, 2))][i % 5] for i, v in enumerate(variants)}
     marks = 2 if savings is not None else 0  # the chosen λ in sample and held out
-    legend_rows = -(-len(methods) * (2 + len(intervals) + marks) // 3)  # (three columns)
+    legend_rows = -(-len(methods) * (2 + len(variants) + marks) // 3)  # (three columns)
     legend_height = 0.3 + 0.17 * legend_rows  # inches
     fig, (layers_ax, macs_ax) = plt.subplots(1, 2, figsize=(11.5, 4.4 + legend_height), sharey=True)
 
-    def curve(ax, method, policy, x, every=None, **style):
+    def curve(ax, method, policy, x, variant=None, **style):
         points = sorted(
             (r[x], r["accuracy"])
             for r in rows
             if r["method"] == method
             and r["policy"] == policy
-            and (every is None or r["check_every"] == every)
+            and (variant is None or (r["check"], r["check_every"]) == variant)
         )
         ax.plot([p[0] for p in points], [p[1] for p in points], **style)
 
     for method in methods:
         base = dict(styles[method], linewidth=1.2)
-        first = intervals[0] if intervals else None
+        first = ("full", intervals[0]) if intervals else None
         confident = dict(base, marker=None, label=f"{method}, confidence exit")
         curve(layers_ax, method, "confidence", "mean_layers", first, **confident)
         fixed = dict(base, linestyle="--", linewidth=0.8, markersize=3)
         curve(layers_ax, method, "fixed", "mean_layers", label=f"{method}, fixed exit", **fixed)
-        for every in intervals:
-            style = dict(base, marker=None, linestyle=dashes[every])
-            label = f"{method}, checks every {every} layer{'s' if every > 1 else ''}"
-            curve(macs_ax, method, "confidence", "macs_percent", every, label=label, **style)
+        for check, every in variants:
+            style = dict(base, marker=None, linestyle=dashes[(check, every)])
+            label = f"{method}, {check} check every {every} layer{'s' if every > 1 else ''}"
+            variant = (check, every)
+            curve(macs_ax, method, "confidence", "macs_percent", variant, label=label, **style)
         chosen = [
             r
             for r in (savings.to_pylist() if savings is not None else [])
-            if r["method"] == method and r["check_every"] == (intervals[0] if intervals else 1)
+            if r["method"] == method and (r["check"], r["check_every"]) == (first or ("full", 1))
         ]
         for selection, face in (("in_sample", styles[method]["color"]), ("held_out", "none")):
             points = [r for r in chosen if r["selection"] == selection]

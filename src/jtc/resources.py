@@ -83,7 +83,10 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
     elif stage == "r2_table":  # every validation layer, in float64, and one prediction
         need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
     elif stage in ("decode_predictions", "prediction_examples"):
-        need = 2 * s.head_mb + 3 * 64 + s.rows * s.width * 4 * 6 / 1e6
+        # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states
+        need = 3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6
+    elif stage == "fit_shortlist":  # the head, its float64 copy, the last layer's states
+        need = 3 * s.head_mb + s.rows * s.width * 4 / 1e6 + 64
     elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
         need = 2 * s.model_mb + 1024 + 512
     elif stage == "fit_parts":  # one part at a time, as a fit_map job's
@@ -116,6 +119,8 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = s.layers * epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
     elif stage == "r2_table":
         flop = s.rows * s.width**2 * s.layers**2
+    elif stage == "fit_shortlist":  # the features' second moment and the head's Gram, float64
+        flop = 2 * (s.rows + s.vocab) * s.width**2
     elif stage in ("decode_predictions", "prediction_examples"):
         flop = 2 * (s.layers + 2) * s.rows * s.width * s.vocab
     else:

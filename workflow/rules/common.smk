@@ -322,11 +322,25 @@ def parameter_inputs(wildcards):
 
 
 def decode_inputs(wildcards):
-    """The cached model (its head), the validation states and every fitted method's maps."""
-    return {
+    """The cached model (its head), the validation states, every fitted method's maps and,
+    unless turned off, the shortlist check's factorisation."""
+    inputs = {
         "model": checked_model_dir(wildcards.model, predict=True),
         "validation": hidden(wildcards, "validation"),
         **fitted_maps(wildcards),
+    }
+    if config["early_exit"]["shortlist_rank"]:
+        inputs["shortlist"] = paths.SHORTLIST.format(
+            model=wildcards.model, corpus=wildcards.corpus
+        )
+    return inputs
+
+
+def shortlist_inputs(wildcards):
+    """The cached model (its head) and the training states."""
+    return {
+        "model": checked_model_dir(wildcards.model, predict=True),
+        "train": hidden(wildcards, "train"),
     }
 
 

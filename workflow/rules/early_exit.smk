@@ -36,6 +36,8 @@ rule early_exit:
         targets=config["early_exit"]["targets"],
         check_every=config["early_exit"]["check_every"],
         folds=config["early_exit"]["folds"],
+        shortlist_rank=config["early_exit"]["shortlist_rank"],
+        shortlist_candidates=config["early_exit"]["shortlist_candidates"],
         seed=config["seed"],
         code=code_hash("early_exit"),
     script:

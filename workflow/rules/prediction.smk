@@ -1,3 +1,25 @@
+rule fit_shortlist:
+    input:
+        unpack(shortlist_inputs),
+    output:
+        paths.SHORTLIST,
+    log:
+        "logs/fit_shortlist/{model}/{corpus}.log",
+    benchmark:
+        "benchmarks/fit_shortlist/{model}/{corpus}.tsv"
+    conda:
+        "../envs/jtc.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=mem_mb("fit_shortlist", "train"),
+        runtime=runtime("fit_shortlist", "train"),
+    params:
+        rank=config["early_exit"]["shortlist_rank"],
+        code=code_hash("fit_shortlist"),
+    script:
+        "../scripts/fit_shortlist.py"
+
+
 rule decode_predictions:
     input:
         unpack(decode_inputs),
@@ -17,6 +39,7 @@ rule decode_predictions:
     params:
         methods=METHODS,
         top_k=max(config["prediction"]["top_k"]),
+        candidates=config["early_exit"]["shortlist_candidates"],
         code=code_hash("decode_predictions"),
     script:
         "../scripts/decode_predictions.py"

@@ -11,4 +11,6 @@ with job_log(snakemake.log[0]):
         model=snakemake.wildcards.model,
         top_k=p.top_k,
         threads=snakemake.threads,
+        shortlist=snakemake.input.get("shortlist"),
+        candidates=p.candidates,
     )

@@ -21,4 +21,6 @@ with job_log(snakemake.log[0]):
         check_every=p.check_every,
         folds=p.folds,
         seed=p.seed,
+        shortlist_rank=p.shortlist_rank,
+        shortlist_candidates=p.shortlist_candidates,
     )

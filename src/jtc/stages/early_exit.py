@@ -23,10 +23,13 @@ def early_exit(
     check_every: list[int],
     folds: int,
     seed: int,
+    shortlist_rank: int = 0,
+    shortlist_candidates: int = 0,
 ) -> None:
     """The λ sweep and fixed exits of every method, and the layers and multiply-adds saved at
     target accuracies (λ chosen in sample and held out), from the per-position scores of
-    decode_predictions; the costs from the cached model's info.json and the parameter table."""
+    decode_predictions, for the full check and (shortlist_rank > 0) the shortlist check; the costs
+    from the cached model's info.json and the parameter table."""
     import numpy as np
 
     from .. import early_exit as ee
@@ -51,6 +54,11 @@ def early_exit(
         check_every=tuple(check_every),
         folds=folds,
         seed=seed,
+        shortlist=(
+            ee.shortlist_macs(model_info, shortlist_rank, shortlist_candidates)
+            if shortlist_rank
+            else None
+        ),
     )
     write_table(sweep, sweep_out, csv=True)
     write_table(saved, savings_out, csv=True)

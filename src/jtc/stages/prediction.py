@@ -8,6 +8,30 @@ import logging
 log = logging.getLogger(__name__)
 
 
+def fit_shortlist(
+    model_dir: str, train_dir: str, out: str, *, model: str, rank: int, threads: int
+) -> None:
+    """The rank-`rank` factorisation of the head's unembedding that the shortlist exit check
+    uses (jtc.shortlist), weighted by the head's features of the training split's last-layer
+    states."""
+    import numpy as np
+
+    from ..decode import features_in_chunks
+    from ..heads import load_decoder_head
+    from ..io import read_json, read_states
+    from ..logs import ready
+    from ..shortlist import fit_factors, save_factors
+
+    head = load_decoder_head(model_dir, model, threads)
+    ready()
+    last = read_json(f"{train_dir}/info.json")["num_layers"]
+    _, states = read_states(train_dir, last, np.float32)
+    factors = fit_factors(head.weight, features_in_chunks(head, states), rank)
+    save_factors(out, factors, {"model": model, "fitted_on": "training h_L", "rows": len(states)})
+    width = head.weight.shape[1]
+    log.info("rank %d of width %d, from %d training positions", factors.rank, width, len(states))
+
+
 def decode_predictions(
     model_dir: str,
     val_dir: str,
@@ -17,10 +41,14 @@ def decode_predictions(
     model: str,
     top_k: int,
     threads: int,
+    shortlist: str | None = None,
+    candidates: int = 0,
 ) -> None:
     """Per-position scores (jtc.decode.SCORE_COLUMNS) of every method at every layer of the
-    validation split (`maps`: each method's map file, None for id), into outs[method]. The
-    head, the final prediction and each layer's states are read once for all methods."""
+    validation split (`maps`: each method's map file, None for id), into outs[method]; with a
+    `shortlist` factorisation, also the shortlist check's on `candidates` tokens
+    (jtc.decode.SHORTLIST_COLUMNS). The head, the final prediction and each layer's states are
+    read once for all methods."""
     import numpy as np
     import pyarrow as pa
 
@@ -29,8 +57,10 @@ def decode_predictions(
     from ..io import read_aligned, read_positions, write_table
     from ..logs import Progress, ready
     from ..maps import to_last_layer
+    from ..shortlist import Shortlist, load_factors
 
     head = load_decoder_head(model_dir, model, threads)
+    check = Shortlist(head, load_factors(shortlist), candidates) if shortlist else None
     ready()
     positions, info = read_positions(val_dir)
     last = info["num_layers"]
@@ -43,7 +73,7 @@ def decode_predictions(
         states = read_aligned(val_dir, layer, ids, np.float32)
         for method in outs:
             mapped = to_last_layer(maps[method], layer, states, last)
-            scores = score(head, reference, mapped.astype(np.float32, copy=False), gold)
+            scores = score(head, reference, mapped.astype(np.float32, copy=False), gold, check)
             tables[method].append(score_table(method, layer, ids, scores))
             hits = np.mean(scores["final_rank"] == 1)
             log.info("%s, layer %d: precision@1 %.3f", method, layer, hits)
