@@ -11,6 +11,7 @@ table, the validation positions and the news sentences):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -21,23 +22,30 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
+from jtc import paths  # noqa: E402
 from jtc.adapters import adapter_of  # noqa: E402
 from jtc.api import Shortcuts  # noqa: E402
 from jtc.decode import Head  # noqa: E402
 from jtc.early_exit import ExitRule, mean_prefix_length  # noqa: E402
 from jtc.generate import generate  # noqa: E402
 from jtc.io import read_positions, read_table  # noqa: E402
+from jtc.shortlist import Shortlist, load_factors  # noqa: E402
 
 MODEL, CORPUS, TARGETS = "smollm2", "news", (0.95, 0.9)
+# (check, interval): the paper's full check at every layer; the shortlist check at every layer
+# and at every 4th
+VARIANTS = (("full", 1), ("shortlist", 1), ("shortlist", 4))
 
 
-def chosen(results: Path, method: str, target: float) -> dict:
-    """The early-exit table's rows for a method and target, the full check at every layer."""
+def chosen(results: Path, method: str, target: float, check: str, every: int) -> dict:
+    """The early-exit table's rows for a method, target, check and check interval, by
+    selection."""
     table = read_table(results / f"metrics/{MODEL}/{CORPUS}/early_exit_savings.parquet")
+    key = (method, target, check, every)
     rows = [
         r
         for r in table.to_pylist()
-        if (r["method"], r["target"], r["check"], r["check_every"]) == (method, target, "full", 1)
+        if (r["method"], r["target"], r["check"], r["check_every"]) == key
     ]
     return {r["selection"]: r for r in rows}
 
@@ -55,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per prompt")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--candidates", type=int, default=64, help="the run's early_exit.shortlist_candidates"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -68,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     mat = Shortcuts.from_results(results, MODEL, CORPUS, "mat")
     shortcuts = {"id": lambda _layer, h: h, "mat": lambda layer, h: mat.apply(h, source=layer)}
     inputs = prompts(results, tokenizer, args.prompts)
+    factors = load_factors(paths.under(results, paths.SHORTLIST, model=MODEL, corpus=CORPUS))
+    checks = {"full": None, "shortlist": Shortlist(head, factors, args.candidates)}
 
-    def run(method: str | None, lam: float | None) -> dict:
+    def run(method: str | None, lam: float | None, check: str = "full", every: int = 1) -> dict:
         def threshold(t: int) -> float:
             return rule.lambda_weight * lam + rule.decay_weight * np.exp(-rule.tau * t / length)
 
@@ -82,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 prompt,
                 args.tokens,
                 threshold if lam is not None else None,
+                every=every,
+                shortlist=checks[check],
             )
             for prompt in inputs
         ]
@@ -95,29 +110,30 @@ def main(argv: list[str] | None = None) -> int:
 
     full = run(None, None)
     rows = [{"run": "full model", **full}]
-    for target in TARGETS:
-        for method in ("id", "mat"):
-            rows_for = chosen(results, method, target)
-            lam = rows_for["in_sample"]["lambda"]
-            out = run(method, lam)
-            same = np.mean([a == b for a, b in zip(out["tokens"], full["tokens"], strict=True)])
-            rows.append(
-                {
-                    "run": f"{method} exit, target {target:.0%}",
-                    "lambda": lam,
-                    "held_out_accuracy": rows_for["held_out"]["accuracy"],
-                    "predicted_macs_percent": rows_for["in_sample"]["macs_percent"],
-                    "same_sequences_as_full": float(same),
-                    **out,
-                }
-            )
+    for target, (check, every), method in itertools.product(TARGETS, VARIANTS, ("id", "mat")):
+        rows_for = chosen(results, method, target, check, every)
+        if "in_sample" not in rows_for:  # no λ reaches the target
+            continue
+        lam = rows_for["in_sample"]["lambda"]
+        out = run(method, lam, check, every)
+        same = np.mean([a == b for a, b in zip(out["tokens"], full["tokens"], strict=True)])
+        rows.append(
+            {
+                "run": f"{method}, {check}/{every}, {target:.0%}",
+                "lambda": lam,
+                "held_out_accuracy": rows_for["held_out"]["accuracy"],
+                "predicted_macs_percent": rows_for["in_sample"]["macs_percent"],
+                "same_sequences_as_full": float(same),
+                **out,
+            }
+        )
     print(f"SmolLM2 ({info['num_layers']} layers), {args.prompts} prompts x {args.tokens} "
           f"new tokens, {args.threads} threads")  # fmt: skip
-    print(f"{'run':24s} {'tok/s':>7s} {'vs full':>8s} {'exit layer':>10s} {'MACs %':>7s} "
+    print(f"{'run':26s} {'tok/s':>7s} {'vs full':>8s} {'exit layer':>10s} {'MACs %':>7s} "
           f"{'held-out acc':>12s}")  # fmt: skip
     for row in rows:
         print(
-            f"{row['run']:24s} {row['tokens_per_second']:7.1f} "
+            f"{row['run']:26s} {row['tokens_per_second']:7.1f} "
             f"{row['tokens_per_second'] / full['tokens_per_second']:8.2f} "
             f"{row['mean_exit_layer']:10.1f} {row.get('predicted_macs_percent', 100.0):7.0f} "
             f"{row.get('held_out_accuracy', 1.0):12.3f}"

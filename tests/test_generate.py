@@ -7,6 +7,7 @@ from tiny import make_model
 from jtc.adapters import UnsupportedArchitecture, get_adapter
 from jtc.decode import Head
 from jtc.generate import generate
+from jtc.shortlist import Shortlist, fit_factors
 
 PROMPT = "the king of the city was"
 
@@ -45,6 +46,30 @@ def test_every_token_exits_at_the_first_check_and_the_caches_stay_aligned(llama)
     # checking every 2nd layer from layer 1: exits at layer 1, never at 2
     every = generate(model, adapter, head, identity, prompt, 4, lambda t: -1.0, 2, 2)
     assert every.exit_layers == [4, 2, 2, 2]
+
+
+def test_a_shortlist_check_decides_the_exits(llama):
+    model, adapter, head, prompt = llama
+    x = torch.randn(64, head.weight.shape[1], generator=torch.Generator().manual_seed(0))
+    factors = fit_factors(head.weight, [x], rank=4)
+    every = Shortlist(head, factors, candidates=head.vocab_size)  # every token a candidate
+    full = generate(model, adapter, head, identity, prompt, 6, threshold=lambda t: -1.0)
+    got = generate(model, adapter, head, identity, prompt, 6, lambda t: -1.0, shortlist=every)
+    assert got.tokens == full.tokens and got.exit_layers == full.exit_layers
+    # two candidates: a token that exits is one of the two the low-rank head picked
+    few = Shortlist(head, factors, candidates=2)
+    got = generate(model, adapter, head, identity, prompt, 3, lambda t: -1.0, shortlist=few)
+    ids = torch.tensor([[*prompt, got.tokens[0]]])
+    with torch.no_grad():
+        state = model(input_ids=ids, output_hidden_states=True).hidden_states[1][0, -1:]
+    picked = few.approximate(head.features(state)).topk(2, dim=1).indices[0].tolist()
+    assert got.tokens[1] in picked and got.exit_layers[1] == 1
+    # and with a threshold no confidence passes, plain greedy decoding again
+    plain = generate(model, adapter, head, identity, prompt, 6, threshold=lambda t: 2.0)
+    assert (
+        generate(model, adapter, head, identity, prompt, 6, lambda t: 2.0, shortlist=few).tokens
+        == plain.tokens
+    )
 
 
 def test_models_the_loop_cannot_run_are_named():

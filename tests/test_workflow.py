@@ -189,7 +189,7 @@ def test_the_shortlist_settings_rerun_the_decoding_and_what_reads_it(tiny_run, t
     assert set(sweep.column("check").to_pylist()) == {"full", None}  # (fixed exits: none)
 
 
-TRAINED = ["njtc", "nnjtc", "one_jump", "tuned_lens"]
+TRAINED = ["njtc", "nnjtc", "one_jump", "one_jump_selected", "tuned_lens"]
 
 
 def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_path):
@@ -226,6 +226,7 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
         "njtc": {(0, 1), (0, 2), (1, 2)},
         "nnjtc": {(0, 1), (0, 2), (1, 2)},
         "one_jump": {(0, 2), (1, 2)},
+        "one_jump_selected": {(0, 2), (1, 2)},
         "tuned_lens": {(0, 2), (1, 2)},
     }
     assert all(np.isfinite(r["r2"]) for r in r2)
@@ -242,12 +243,23 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert counts["one_jump"]["parameters"] == counts["nnjtc"]["parameters"]
     assert counts["one_jump"]["exit_parameters"] == counts["one_jump"]["parameters"]
     assert counts["nnjtc"]["exit_parameters"] == 2 * counts["nnjtc"]["parameters"]  # 0->2, 1->2
+    assert counts["one_jump_selected"]["exit_parameters"] == counts["nnjtc"]["parameters"]
     one = tmp_path / "results/maps/gpt/mini/one_jump.safetensors"
     assert load_map(one, 0, 2).tensors.keys() == load_map(one, 1, 2).tensors.keys()
     assert all(
         np.array_equal(load_map(one, 0, 2).tensors[k], load_map(one, 1, 2).tensors[k])
         for k in load_map(one, 0, 2).tensors
     )
+    # the selected map is N-NJTC's own map from the chosen layer (same settings, same seeds),
+    # used from both layers
+    selected = tmp_path / "results/maps/gpt/mini/one_jump_selected.safetensors"
+    chosen = read_metadata(selected)["selected_source"]
+    assert set(read_metadata(selected)["mean_cosine"]) == {"0", "1"}
+    nnjtc_map = load_map(tmp_path / "results/maps/gpt/mini/nnjtc.safetensors", chosen, 2)
+    for source in (0, 1):
+        got = load_map(selected, source, 2).tensors
+        assert got.keys() == nnjtc_map.tensors.keys()
+        assert all(np.array_equal(got[k], nnjtc_map.tensors[k]) for k in got)
     assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
     # one method's training setting: its fit_map job and what reads the maps, nothing else

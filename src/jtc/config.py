@@ -204,7 +204,7 @@ def schema_problem(errors: list[jsonschema.exceptions.ValidationError]) -> str:
 def rank_problem(model: str, width: int, config: dict[str, Any]) -> str | None:
     """A low-rank method's rank larger than a model's width (hidden size); only the configured
     methods count, and rank null (or 0) means the default, floor(d / 100)."""
-    for method in ("njtc", "nnjtc", "one_jump", "rrr"):
+    for method in ("njtc", "nnjtc", "one_jump", "one_jump_selected", "rrr"):
         if method not in config["methods"]:
             continue
         rank = config["training"][method].get("rank")

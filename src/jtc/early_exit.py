@@ -138,7 +138,8 @@ def layer_arrays(
     scores: pa.Table, check: str = "full"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sentence ids (n,), confidence (n, L+1), correct (n, L+1)) from one method's scores, of
-    one check (CHECK_COLUMNS)."""
+    one check (CHECK_COLUMNS). A token that reaches the last layer is decoded by the whole head
+    whatever the check, so the last layer's hits are the full check's."""
     first, second, rank = CHECK_COLUMNS[check]
     layers = sorted(set(scores.column("layer").to_pylist()))
     if layers != list(range(len(layers))):
@@ -153,7 +154,8 @@ def layer_arrays(
             raise ValueError(f"layer {layer} scores are not on the same positions as layer 0")
         top1 = rows.column(first).to_numpy()
         confidence.append(top1 - rows.column(second).to_numpy())
-        correct.append(rows.column(rank).to_numpy() == 1)
+        hit = rank if layer < layers[-1] else CHECK_COLUMNS["full"][2]
+        correct.append(rows.column(hit).to_numpy() == 1)
     return ids, np.stack(confidence, axis=1), np.stack(correct, axis=1)
 
 

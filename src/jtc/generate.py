@@ -4,7 +4,8 @@ The prompt runs through the whole model (filling every layer's key/value cache);
 first new token. Each later token runs block after block; after each checked block (early_exit's
 check_layers: min_layer, min_layer + k, ...) its state is mapped to the last layer by the
 shortcut and decoded, and if the confidence (top-1 minus top-2 probability) exceeds the
-threshold, the token is that decode's top-1 and the remaining blocks are skipped. The skipped
+threshold, the token is that decode's top-1 and the remaining blocks are skipped (with a
+shortlist check, jtc.shortlist, the confidence and token are the shortlist's). The skipped
 layers still need this position's keys and values for the tokens after it: as CALM does
 (Schuster et al. 2022, "state propagation"), they are computed from the exited state, each
 skipped layer projecting it through its own input norm, key and value projections and rotary
@@ -26,6 +27,7 @@ from torch import nn
 from .adapters import Adapter, UnsupportedArchitecture
 from .decode import Head
 from .early_exit import check_layers
+from .shortlist import Shortlist
 
 # the architectures whose skipped layers' caches this loop can fill (Llama's attention layout)
 LLAMA_FAMILY = ("llama", "mistral", "qwen2")
@@ -83,9 +85,11 @@ def generate(
     threshold: Callable[[int], float] | None = None,
     min_layer: int = 1,
     every: int = 1,
+    shortlist: Shortlist | None = None,
 ) -> Generation:
     """`new_tokens` greedy tokens after `prompt`; `shortcut(l, h)` maps states (1, d) of layer
-    l to the last layer; `threshold(t)` is the exit threshold at position t (None: no exit)."""
+    l to the last layer; `threshold(t)` is the exit threshold at position t (None: no exit);
+    `shortlist`: the check that decides (None: the full check, the whole vocabulary)."""
     from transformers import DynamicCache
 
     problem = generation_problem(model, adapter)
@@ -125,11 +129,9 @@ def generate(
             layer = index + 1
             if threshold is None or layer not in checked:
                 continue
-            mapped = shortcut(layer, state[0].float())
-            probs = torch.softmax(head.logits(mapped), dim=-1)
-            top = probs.topk(2, dim=-1)
-            if float(top.values[0, 0] - top.values[0, 1]) > threshold(position):
-                exited, token = layer, int(top.indices[0, 0])
+            candidate, confidence = _check(head, shortlist, shortcut(layer, state[0].float()))
+            if confidence > threshold(position):
+                exited, token = layer, candidate
                 for skipped in range(layer, last):
                     _fill_cache(blocks[skipped], skipped, state, position_embeddings, cache, where)
                 break
@@ -140,6 +142,15 @@ def generate(
         position += 1
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _check(head: Head, shortlist: Shortlist | None, mapped: torch.Tensor) -> tuple[int, float]:
+    """(token, confidence) of a mapped state (1, d): the full check's or the shortlist's."""
+    if shortlist is None:
+        top = torch.softmax(head.logits(mapped), dim=-1).topk(2, dim=-1)
+        return int(top.indices[0, 0]), float(top.values[0, 0] - top.values[0, 1])
+    token, first, second = shortlist.check(head.features(mapped))
+    return int(token[0]), float(first[0] - second[0])
 
 
 def _full_logits(model: nn.Module, normed: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,9 @@ class Method:
     trained: bool = False  # by gradient descent (jtc.train); else closed form (jtc.fit)
     needs_head: bool = False  # trained through the model's decoder head
     last_only: bool = False  # maps into the last layer only
-    pooled: bool = False  # one map from every layer, trained on the pooled pairs
+    # one map used from every layer into the last: "pooled" (trained on the pooled pairs of all
+    # layers) or "selected" (one of the per-layer maps, chosen); None: a map per layer
+    one_map: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)  # config training.<name>
 
 
@@ -63,7 +65,17 @@ METHODS: dict[str, Method] = {
             "pooled pairs of all layers (ours, after OJFA)",
             True,
             last_only=True,
-            pooled=True,
+            one_map="pooled",
+            defaults=_LOW_RANK,
+        ),
+        Method(
+            "one_jump_selected",
+            "one of N-NJTC's per-layer maps into the last, used from every layer: the one whose "
+            "predictions from all layers have the highest mean cosine similarity to the last "
+            "layer's states (ours, after OJFA's selection)",
+            True,
+            last_only=True,
+            one_map="selected",
             defaults=_LOW_RANK,
         ),
         Method(

@@ -42,6 +42,7 @@ STYLES = {
     "njtc": (COLORBLIND[1], "v", "-."),
     "nnjtc": (COLORBLIND[5], "D", (0, (5, 1, 1, 1, 1, 1))),
     "one_jump": (COLORBLIND[6], "p", (0, (3, 1, 1, 1))),
+    "one_jump_selected": (COLORBLIND[8], "<", (0, (3, 1, 1, 1, 1, 1))),
     "tuned_lens": (COLORBLIND[4], "P", "-"),
     "mat_attn": (COLORBLIND[3], "X", "--"),
     "mat_ffn": (COLORBLIND[9], "*", "-."),

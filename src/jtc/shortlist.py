@@ -8,9 +8,12 @@ the head's features x (w = the width they have). The shortlist check computes, f
 2. the candidates C: the c tokens with the largest ẑ;
 3. their exact logits z_C = W_C x + b_C: c·w multiply-adds;
 4. the prediction: the candidate with the largest exact logit; the confidence: p̂(first) −
-   p̂(second) of the two best candidates, p̂ the softmax of the logits that are exact on C and
-   approximate elsewhere (ẑ). The V exponentials of that normaliser are not counted as
-   multiply-adds, as the full check's are not.
+   p̂(second) of the two best candidates, p̂ the softmax over the candidates' exact logits
+   alone. It leaves out the probability outside the shortlist, so it is higher than the full
+   check's confidence; the exit threshold λ is chosen on the shortlist check's own confidences.
+   (A normaliser over the whole vocabulary, exact on C and ẑ elsewhere, tracked the full
+   confidence more closely but needs V exponentials a check, which cost as much as the rest of
+   the check on a CPU.)
 
 A model that soft-caps its logits has ẑ and z_C capped the same way.
 
@@ -150,7 +153,7 @@ class Shortlist:
             logits = self.head.cap(logits)
         else:
             logits = exact.gather(1, candidates)
-        log_norm = torch.logsumexp(approx.scatter_(1, candidates, logits), dim=1)
+        log_norm = torch.logsumexp(logits, dim=1)
         best = torch.topk(logits, 2, dim=1)
         prediction = candidates.gather(1, best.indices[:, :1])[:, 0]
         probs = (best.values - log_norm[:, None]).exp()

@@ -107,6 +107,47 @@ def _pooled(
         maps.metadata["training"] = {f"0..{last - 1}->{last}": result.summary()}
 
 
+def _selected(
+    states: list, last: int, out: str, meta: dict, settings: dict, training, seed: int
+) -> None:
+    """One of the per-layer N-NJTC maps into the last layer (each trained from N-NJTC's seed
+    for its pair: with N-NJTC's settings, they are N-NJTC's maps), chosen by jtc.selection and
+    stored as every layer's map into the last (one_jump_selected)."""
+    from ..logs import Progress
+    from ..maps import MapWriter, ShortcutMap
+    from ..methods import rank_of
+    from ..selection import select_one_map
+    from ..train import pair_seed, train_low_rank
+
+    method = meta["method"]
+    progress = Progress(last, f"train {method}", "candidate maps")
+    candidates, summaries = {}, {}
+    for source in range(last):
+        result = train_low_rank(
+            states[source],
+            states[last],
+            rank=rank_of(settings, states[source].shape[1]),
+            normalise=True,
+            settings=training,
+            seed=pair_seed(seed, "nnjtc", source, last),
+        )
+        candidates[source] = result.tensors
+        summaries[f"{source}->{last}"] = result.summary()
+        progress.update(1)
+    chosen, scores = select_one_map(
+        {s: ShortcutMap(t) for s, t in candidates.items()}, states, last
+    )
+    log.info("%s: the map from layer %d, mean cosine %.4f", method, chosen, scores[chosen])
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            maps.add(source, {last: candidates[chosen]})
+        maps.metadata.update(
+            training=summaries,
+            selected_source=chosen,
+            mean_cosine={str(s): float(v) for s, v in scores.items()},
+        )
+
+
 def train_map(
     train_dir: str,
     out: str,
@@ -165,8 +206,11 @@ def _trained(
     meta.update(seed=seed, settings=settings)
     summaries = {}
     targets = settings.get("targets", "last")
-    if METHODS[method].pooled:
+    if METHODS[method].one_map == "pooled":
         _pooled(states, last, out, meta, settings, training, seed)
+        return
+    if METHODS[method].one_map == "selected":
+        _selected(states, last, out, meta, settings, training, seed)
         return
     pairs = sum(len(fitted_targets(method, targets, source, last)) for source in range(last))
     progress = Progress(pairs, f"train {method}", "layer pairs")
