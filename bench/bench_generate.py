@@ -50,6 +50,21 @@ def chosen(results: Path, method: str, target: float, check: str, every: int) ->
     return {r["selection"]: r for r in rows}
 
 
+def agreement(tokens: list[list[int]], full: list[list[int]]) -> dict:
+    """How far each prompt's output follows the whole model's greedy output: the new tokens
+    before the first difference (mean over prompts), and the share of prompts with no
+    difference. (After a difference the contexts differ, so later tokens are not compared.)"""
+    leading = []
+    for got, want in zip(tokens, full, strict=True):
+        differ = [i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b]
+        leading.append(differ[0] if differ else len(want))
+    same = [a == b for a, b in zip(tokens, full, strict=True)]
+    return {
+        "tokens_before_divergence": float(np.mean(leading)),
+        "same_sequences_as_full": float(np.mean(same)),
+    }
+
+
 def prompts(results: Path, tokenizer, count: int) -> list[list[int]]:
     """The first 8 tokens of the first `count` validation sentences of news."""
     sentences = read_table(results / f"corpora/{CORPUS}.parquet").to_pylist()
@@ -116,28 +131,33 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lam = rows_for["in_sample"]["lambda"]
         out = run(method, lam, check, every)
-        same = np.mean([a == b for a, b in zip(out["tokens"], full["tokens"], strict=True)])
         rows.append(
             {
                 "run": f"{method}, {check}/{every}, {target:.0%}",
                 "lambda": lam,
                 "held_out_accuracy": rows_for["held_out"]["accuracy"],
                 "predicted_macs_percent": rows_for["in_sample"]["macs_percent"],
-                "same_sequences_as_full": float(same),
+                **agreement(out["tokens"], full["tokens"]),
                 **out,
             }
         )
     print(f"SmolLM2 ({info['num_layers']} layers), {args.prompts} prompts x {args.tokens} "
           f"new tokens, {args.threads} threads")  # fmt: skip
     print(f"{'run':26s} {'tok/s':>7s} {'vs full':>8s} {'exit layer':>10s} {'MACs %':>7s} "
-          f"{'held-out acc':>12s}")  # fmt: skip
+          f"{'held-out acc':>12s} {'same as full':>12s}")  # fmt: skip
     for row in rows:
         print(
             f"{row['run']:26s} {row['tokens_per_second']:7.1f} "
             f"{row['tokens_per_second'] / full['tokens_per_second']:8.2f} "
             f"{row['mean_exit_layer']:10.1f} {row.get('predicted_macs_percent', 100.0):7.0f} "
-            f"{row.get('held_out_accuracy', 1.0):12.3f}"
+            f"{row.get('held_out_accuracy', 1.0):12.3f} "
+            f"{row.get('tokens_before_divergence', args.tokens):9.1f}/{args.tokens}"
         )
+    print(
+        "MACs % and held-out acc: the early-exit table's (teacher-forced validation positions); "
+        "same as full: new tokens equal to the whole model's greedy output before the first "
+        "difference, mean over prompts"
+    )
     if args.json:
         for row in rows:
             row.pop("tokens")

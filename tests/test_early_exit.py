@@ -234,7 +234,7 @@ def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
     t = positions.column("position").to_numpy()
     _, _, shortlisted = layer_arrays(scores["mat"], "shortlist")
     assert shortlisted[:, last].all()  # the last layer: the whole head's prediction
-    assert not shortlisted[:, : last].all()
+    assert not shortlisted[:, :last].all()
     for check in ("full", "shortlist"):  # each check's sweep from its own columns
         for method in ("id", "mat"):
             table = scores[method] if check == "full" else _as_full(scores[method])

@@ -883,6 +883,9 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
             table = pq.read_table(metrics / f"{model}/news/{name}.parquet")
             assert table.num_rows, (model, name)
             assert set(table.column("method").to_pylist()) == set(smoke["methods"]), (model, name)
+        # both checks on real weights (the shortlist's factorisation fitted to SmolLM2's head)
+        sweep = pq.read_table(metrics / f"{model}/news/early_exit.parquet")
+        assert {"full", "shortlist"} <= set(sweep.column("check").to_pylist()), model
         # (the layers saved by the methods that reach a target accuracy: maybe not all of them)
         saved = pq.read_table(metrics / f"{model}/news/early_exit_savings.parquet")
         assert set(saved.column("method").to_pylist()) <= set(smoke["methods"]), model
