@@ -115,6 +115,9 @@ def test_factors_file_round_trip_and_damage_named(tmp_path):
         load_factors(path)
     with pytest.raises(ValueError, match="no runner-up"):
         Shortlist(head, factors, candidates=1)
+    other = Factors(down=np.zeros((3, WIDTH + 1), np.float32), basis=np.zeros((WIDTH + 1, 3)))
+    with pytest.raises(ValueError, match=f"factors of width {WIDTH + 1} for a head of width"):
+        Shortlist(head, other, candidates=4)
 
 
 def test_scores_hold_the_shortlist_columns_where_decoding_has_a_check():

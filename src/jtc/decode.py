@@ -39,6 +39,7 @@ SHORTLIST_COLUMNS = (
     "shortlist_top2_prob",  # p̂ of its runner-up (the check's confidence is their difference)
     "shortlist_final_rank",  # rank of its prediction in the final prediction, 0 beyond max k
 )
+_INTEGER = ("top1_id", "final_rank", "shortlist_final_rank")  # the other columns are float64
 
 
 class NoDecoderHead(ValueError):
@@ -223,9 +224,6 @@ def score(
                 value = torch.where(finite, value, torch.nan)
             out[column][rows] = value.cpu().numpy()
     return out
-
-
-_INTEGER = ("top1_id", "final_rank", "shortlist_final_rank")
 
 
 def _final_rank(final_top: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

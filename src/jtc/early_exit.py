@@ -392,10 +392,10 @@ def exit_tables(
     t = positions.column("position").to_numpy()
     rows, saved = [], []
     for method, table in sorted(scores.items()):
-        for check in checks_in(table):
+        arrays = {check: layer_arrays(table, check) for check in checks_in(table)}
+        for check, (ids, confidence, correct) in arrays.items():
             if check == "shortlist" and shortlist is None:
                 raise ValueError(f"{method}'s scores hold a shortlist check, but no cost for it")
-            ids, confidence, correct = layer_arrays(table, check)
             if not np.array_equal(ids, positions.column("sentence_id").to_numpy()):
                 raise CorruptFileError(
                     f"{method}'s scores: positions differ from the validation states"
@@ -416,7 +416,7 @@ def exit_tables(
                         saved.append(_saving(key, "in_sample", every, target, picked, priced))
                     outside = held_out(data, lambdas, rule, target, every, folds, seed)
                     saved.append(_saving(key, "held_out", every, target, outside, priced))
-        _, _, correct = layer_arrays(table)
+        _, _, correct = arrays["full"]
         cost = costs[method]
         for layer in range(rule.min_layer, last + 1):  # every token at one layer: no checks
             rows.append(

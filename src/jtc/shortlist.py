@@ -27,6 +27,7 @@ unembedding shortlisted the final top-1 token for under 20% of h_L's positions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,6 @@ def fit_factors(weight: torch.Tensor, features: Iterable[torch.Tensor], rank: in
 
 
 def save_factors(path: str | Path, factors: Factors, metadata: dict[str, object]) -> None:
-    import json
-
     writer = TensorWriter(path)
     writer.add("down", factors.down)
     writer.add("basis", factors.basis)
@@ -110,16 +109,16 @@ class Shortlist:
     def __init__(self, head, factors: Factors, candidates: int):
         if candidates < 2:
             raise ValueError(f"a shortlist of {candidates} candidates has no runner-up")
+        if factors.down.shape[1] != head.weight.shape[1]:
+            raise ValueError(
+                f"shortlist factors of width {factors.down.shape[1]} for a head of width "
+                f"{head.weight.shape[1]}"
+            )
         self.head = head
         self.candidates = min(candidates, head.vocab_size)
         self.down = torch.tensor(factors.down, device=head.device)  # (k, w)
         basis = torch.tensor(factors.basis, device=head.device, dtype=torch.float64)
         self.up = (head.weight.to(torch.float64) @ basis).float()  # (V, k) = W B
-        if self.down.shape[1] != head.weight.shape[1]:
-            raise ValueError(
-                f"shortlist factors of width {self.down.shape[1]} for a head of width "
-                f"{head.weight.shape[1]}"
-            )
 
     @property
     def rank(self) -> int:
