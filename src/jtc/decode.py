@@ -107,8 +107,10 @@ class Head:
         return self.unembed(self.features(states))
 
     def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """The logit of one token per row, without the whole-vocabulary product."""
-        logit = (self.weight[tokens] * features).sum(1)
+        """The logits of given tokens, without the whole-vocabulary product: tokens (n,) or
+        (n, c) for features (n, w) give logits of the same shape."""
+        rows = features.reshape(len(features), *([1] * (tokens.dim() - 1)), -1)
+        logit = (self.weight[tokens] * rows).sum(-1)
         return self.cap(logit if self.bias is None else logit + self.bias[tokens])
 
 

@@ -145,11 +145,7 @@ class Shortlist:
         approx = self.approximate(features)
         candidates = torch.topk(approx, self.candidates, dim=1).indices
         if exact is None:
-            rows = self.head.weight[candidates]  # (n, c, w)
-            logits = (rows * features[:, None, :]).sum(2)
-            if self.head.bias is not None:
-                logits = logits + self.head.bias[candidates]
-            logits = self.head.cap(logits)
+            logits = self.head.token_logit(features, candidates)  # c·w a row
         else:
             logits = exact.gather(1, candidates)
         log_norm = torch.logsumexp(logits, dim=1)
