@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 R2_TABLE = "results/metrics/{model}/{corpus}/r2.parquet"  # jtc.paths.metric("r2.parquet")
-# the rules that use a GPU when one is visible (workflow/profiles/slurm asks a GPU for them)
+# the rules whose jobs hold the model or its head on the GPU (--gpu-jobs caps them)
 GPU_RULES = (
     "extract_hidden",
     "decode_predictions",
@@ -176,9 +176,9 @@ def snakemake_command(args, workdir: Path, configfile: Path) -> list[str]:
     they cannot swallow the target)."""
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
     cmd += ["--directory", str(workdir), "--configfile", str(configfile)]
-    if args.gpu_jobs > 0:
-        cmd += ["--resources", f"gpu={args.gpu_jobs}", "--set-resources"]
-        cmd += [f"{rule}:gpu=1" for rule in GPU_RULES]
+    if args.gpu_jobs > 0:  # --resources replaces the workflow profile's: keep its GPU share
+        cmd += ["--resources", f"gpu={args.gpu_jobs}", "gpu_memory_percent=100"]
+        cmd += ["--set-resources", *(f"{rule}:gpu=1" for rule in GPU_RULES)]
     if args.forceall:
         cmd.append("--forceall")
     return [*cmd, *args.snakemake_args, "--cores", str(args.cores), args.target]
@@ -348,9 +348,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--gpu-jobs",
         type=int,
-        default=None,
-        help="GPU jobs at once (a gpu resource on the GPU rules); default 1 where nvidia-smi "
-        "exists, else 0 (no limit)",
+        default=0,
+        help="at most this many jobs that hold the model or its head on the GPU at once (a gpu "
+        "resource on those rules); default 0: no such cap, the GPU jobs' estimated shares of "
+        "its memory decide (the workflow's gpu_memory_percent)",
     )
     parser.add_argument("--target", default="all", help="Snakemake target rule or file")
     parser.add_argument("--forceall", action="store_true", help="rerun every job")
@@ -362,10 +363,7 @@ def parse_args(argv=None):
         default=[],
         help="further Snakemake options (put this last)",
     )
-    args = parser.parse_args(argv)
-    if args.gpu_jobs is None:
-        args.gpu_jobs = 1 if GpuSampler.available() else 0
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:

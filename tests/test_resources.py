@@ -1,10 +1,20 @@
-"""Cluster resource requests grow with the model, the sentences and the attempt."""
+"""Cluster resource requests grow with the model, the sentences and the attempt; a GPU job's
+share of a local GPU follows the model and the GPU's memory."""
 
+import dataclasses
 import json
 
 import pytest
 
-from jtc.resources import Shape, memory_mb, runtime_minutes
+from jtc.resources import (
+    MIB,
+    Shape,
+    gpu_memory_mb,
+    gpu_memory_percent,
+    memory_mb,
+    runtime_minutes,
+    visible_gpu_mb,
+)
 
 STAGES = [
     "resolve_model",
@@ -44,3 +54,87 @@ def test_shape_reads_the_cached_model_and_has_a_default(tmp_path):
         json.dumps({"hidden_size": 16, "num_layers": 2, "parameters": 5000, "vocab_size": 90})
     )
     assert Shape.of(tmp_path, 100, 64) == Shape(16, 2, 5000, 90, 100, 64)
+
+
+LLAMA_7B_BF16 = Shape(
+    width=4096, layers=32, parameters=6_738_415_616, vocab=32_000, rows=9000, parameter_bytes=2
+)
+GPU_STAGES = [
+    "extract_hidden",
+    "record_parts",
+    "replace_parts",
+    "fit_map",
+    "train_map",
+    "fit_parts",
+    "r2_table",
+    "part_r2_table",
+    "fit_shortlist",
+    "decode_predictions",
+    "prediction_examples",
+]
+
+
+@pytest.mark.parametrize("stage", GPU_STAGES)
+def test_a_gpu_jobs_share_of_the_gpu_follows_the_model_the_gpu_and_the_attempt(stage):
+    assert gpu_memory_percent(stage, LLAMA_7B_BF16, None) == 0  # no GPU: no share
+    h100, rtx = 81_559 * MIB, 24_564 * MIB
+    share = gpu_memory_percent(stage, LLAMA_7B_BF16, h100)
+    assert 1 <= share <= 100
+    assert gpu_memory_percent(stage, LLAMA_7B_BF16, rtx) >= share  # a smaller GPU, a larger share
+    fp32 = dataclasses.replace(LLAMA_7B_BF16, parameter_bytes=4)
+    assert gpu_memory_percent(stage, fp32, h100) >= share
+    assert gpu_memory_percent(stage, LLAMA_7B_BF16, h100, attempt=2) >= min(100, 2 * share - 1)
+
+
+def test_jobs_that_hold_a_7b_model_share_an_h100_two_at_a_time_and_a_24_gb_gpu_alone():
+    h100, rtx = 81_559 * MIB, 24_564 * MIB
+    extract = gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, h100)
+    assert 2 * extract <= 100 < 3 * extract  # 13.5 GB of weights, counted twice while loading
+    assert gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, rtx) == 100  # runs alone
+    assert gpu_memory_percent("decode_predictions", LLAMA_7B_BF16, h100) < 10  # the head only
+    # a job larger than the GPU still runs (alone): never more than the limit
+    tiny_gpu = 100.0
+    assert gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, tiny_gpu) == 100
+
+
+LISTING = "0, GPU-1111-aaaa, 81559\n1, GPU-2222-bbbb, 40960\n"
+
+
+@pytest.mark.parametrize(
+    ("visible", "mib"),
+    [
+        (None, 81559),  # every GPU visible: the job's "cuda" is GPU 0
+        ("1", 40960),
+        ("1,0", 40960),
+        ("GPU-2222-bbbb", 40960),
+        ("GPU-2222", 40960),  # a UUID prefix, as CUDA accepts
+        ("MIG-3333", 40960),  # not in the listing: the smallest GPU's memory
+        ("", None),
+        ("-1", None),
+    ],
+)
+def test_the_gpu_is_the_first_of_cuda_visible_devices(visible, mib):
+    mb = visible_gpu_mb(LISTING, visible)
+    assert mb == (None if mib is None else pytest.approx(mib * MIB))
+    assert visible_gpu_mb("", None) is None
+
+
+def _fake_nvidia_smi(folder, body):
+    folder.mkdir(exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{body}\n")
+    smi.chmod(0o755)
+    return folder
+
+
+def test_gpu_memory_is_read_from_nvidia_smi_and_none_where_it_cannot_be(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_memory_mb() is None  # no nvidia-smi
+    bin_dir = _fake_nvidia_smi(tmp_path / "bin", f"printf '{LISTING}'")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert gpu_memory_mb() == pytest.approx(81559 * MIB)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu_memory_mb() == pytest.approx(40960 * MIB)
+    _fake_nvidia_smi(bin_dir, "echo 'NVIDIA-SMI has failed: no driver' >&2; exit 9")
+    assert gpu_memory_mb() is None

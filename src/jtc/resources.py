@@ -1,4 +1,5 @@
-"""Memory and run-time requests of the workflow's jobs, for a cluster scheduler (torch-free).
+"""Memory and run-time requests of the workflow's jobs, for a cluster scheduler, and each GPU
+job's share of a local GPU's memory (torch-free; read by the Snakefile, never by a job).
 
 Estimates grow with the model (width, depth, parameters, vocabulary) and the number of
 sentences, and with `attempt`: a job that a scheduler killed for memory or time is retried with
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +69,12 @@ class Shape:
 
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
     """Memory request (MB) of one job of `stage`."""
+    return int(math.ceil((BASE_MB + _data_mb(stage, shape)) * attempt / 100) * 100)
+
+
+def _data_mb(stage: str, shape: Shape) -> float:
+    """What one job of `stage` holds beyond the interpreter and libraries (MB): the model or its
+    head, the states and the work arrays."""
     s = shape
     sequence_mb = s.rows * s.tokens / 2 * s.width * 4 / 1e6  # states at every position
     if stage == "resolve_model":
@@ -95,7 +105,7 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
         need = 2 * s.model_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
     else:
         need = 500
-    return int(math.ceil((BASE_MB + need) * attempt / 100) * 100)
+    return need
 
 
 def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 100) -> int:
@@ -127,3 +137,60 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = 0
     minutes = MIN_RUNTIME + flop / (GFLOPS * 1e9) / 60
     return int(math.ceil(minutes * attempt))
+
+
+GPU_CONTEXT_MB = 600  # a process's CUDA context and the caching allocator's slack
+
+
+def gpu_memory_percent(stage: str, shape: Shape, gpu_mb: float | None, attempt: int = 1) -> int:
+    """The share (percent, 1 to 100) of one GPU's memory that a job of `stage` is taken to hold,
+    or 0 where there is no GPU (`gpu_mb` None). The local scheduler runs GPU jobs side by side
+    only while their shares add up to at most 100 (the `gpu_memory_percent` resource, whose
+    limit workflow/profiles/default sets), so jobs that each load a model never overfill the
+    GPU. The estimate is the job's memory request less the interpreter's (an upper bound: it
+    counts the host copy of a model being loaded) and a CUDA context; a job larger than the GPU
+    gets 100 and runs alone."""
+    if not gpu_mb:
+        return 0
+    need = (_data_mb(stage, shape) + GPU_CONTEXT_MB) * attempt
+    return max(1, min(100, math.ceil(100 * need / gpu_mb)))
+
+
+MIB = 1.048576  # MB
+NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+
+
+def visible_gpu_mb(listing: str, visible: str | None) -> float | None:
+    """The memory (MB) of the GPU that a job's "cuda" device is: the first of
+    CUDA_VISIBLE_DEVICES (`visible`: indices or UUIDs; unset means every GPU) in nvidia-smi's
+    `index, uuid, memory.total` listing (MiB). None where no GPU is visible; the smallest GPU's
+    memory where the first visible one is not in the listing (a MIG slice, say)."""
+    gpus = []
+    for line in listing.strip().splitlines():
+        index, uuid, total = (field.strip() for field in line.split(","))
+        gpus.append((index, uuid, float(total) * MIB))
+    if visible is not None:
+        first = visible.split(",")[0].strip()
+        if first in ("", "-1") or not gpus:
+            return None
+        for index, uuid, total in gpus:
+            if first in (index, uuid) or (first.startswith("GPU-") and uuid.startswith(first)):
+                return total
+        return min(total for _, _, total in gpus)
+    return gpus[0][2] if gpus else None
+
+
+def gpu_memory_mb() -> float | None:
+    """This machine's GPU memory (MB) as the workflow's local jobs will see it (nvidia-smi and
+    CUDA_VISIBLE_DEVICES), or None: no nvidia-smi, no GPU visible, or nvidia-smi failing (no
+    driver loaded)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listing = subprocess.run(
+            [smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+        return visible_gpu_mb(listing, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None

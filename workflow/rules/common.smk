@@ -2,6 +2,7 @@
 # (which read a resolved model's info.json), resources, and the code hash of each job.
 import atexit
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -17,7 +18,13 @@ from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
 from jtc.planning import checked_config, resolved_problem
-from jtc.resources import Shape, memory_mb, runtime_minutes
+from jtc.resources import (
+    Shape,
+    gpu_memory_mb,
+    gpu_memory_percent,
+    memory_mb,
+    runtime_minutes,
+)
 from jtc.stages.report import headline_sources
 from jtc.summary import run_summary
 from jtc.tracking import code_hash as _code_hash
@@ -163,6 +170,22 @@ def runtime(stage, split="train"):
     """A job's wall-time request (minutes), likewise."""
     return lambda wildcards, attempt: runtime_minutes(
         stage, _stage_shape(stage, wildcards, split), attempt, _epochs(wildcards)
+    )
+
+
+@functools.cache
+def _local_gpu_mb():
+    """The memory of the GPU this machine's jobs run on (nvidia-smi, once per run), or None:
+    no GPU, or jobs that run elsewhere (a cluster's nodes each have their own)."""
+    return gpu_memory_mb() if workflow.local_exec else None
+
+
+def gpu_share(stage, split="train"):
+    """A GPU job's share (percent) of the local GPU's memory, the `gpu_memory_percent` resource:
+    jobs run side by side on one GPU only while their shares add up to at most the limit that
+    workflow/profiles/default sets (100). 0 without a GPU."""
+    return lambda wildcards, attempt: gpu_memory_percent(
+        stage, _stage_shape(stage, wildcards, split), _local_gpu_mb(), attempt
     )
 
 

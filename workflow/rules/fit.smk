@@ -22,6 +22,7 @@ if STATE_METHODS:
         resources:
             mem_mb=mem_mb("fit_map"),
             runtime=runtime("fit_map"),
+            gpu_memory_percent=gpu_share("fit_map"),
         params:
             settings={m: config["training"].get(m, {}) for m in STATE_METHODS},
             seed=config["seed"],
@@ -47,6 +48,7 @@ rule train_map:
     resources:
         mem_mb=mem_mb("train_map"),
         runtime=runtime("train_map"),
+        gpu_memory_percent=gpu_share("train_map"),
     params:
         settings=lambda w: config["training"][w.method],
         seed=config["seed"],

@@ -14,6 +14,7 @@ rule extract_hidden:
     resources:
         mem_mb=mem_mb("extract_hidden"),
         runtime=runtime("extract_hidden"),
+        gpu_memory_percent=gpu_share("extract_hidden"),
     params:
         n=lambda w: config["sizes"][w.split],
         seed=config["seed"],

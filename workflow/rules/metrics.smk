@@ -21,6 +21,7 @@ rule r2_table:
     resources:
         mem_mb=mem_mb("r2_table", "validation"),
         runtime=runtime("r2_table", "validation"),
+        gpu_memory_percent=gpu_share("r2_table", "validation"),
     params:
         methods=lambda w: methods_for(w.model),
         code=code_hash("r2_table"),

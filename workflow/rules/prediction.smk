@@ -13,6 +13,7 @@ rule fit_shortlist:
     resources:
         mem_mb=mem_mb("fit_shortlist", "train"),
         runtime=runtime("fit_shortlist", "train"),
+        gpu_memory_percent=gpu_share("fit_shortlist", "train"),
     params:
         rank=config["early_exit"]["shortlist_rank"],
         code=code_hash("fit_shortlist"),
@@ -36,6 +37,7 @@ rule decode_predictions:
     resources:
         mem_mb=mem_mb("decode_predictions", "validation"),
         runtime=runtime("decode_predictions", "validation"),
+        gpu_memory_percent=gpu_share("decode_predictions", "validation"),
     params:
         methods=METHODS,
         top_k=max(config["prediction"]["top_k"]),
@@ -117,6 +119,7 @@ rule prediction_examples:
     resources:
         mem_mb=mem_mb("prediction_examples", "validation"),
         runtime=runtime("prediction_examples", "validation"),
+        gpu_memory_percent=gpu_share("prediction_examples", "validation"),
     params:
         methods=METHODS,
         examples=config["prediction"]["examples"],

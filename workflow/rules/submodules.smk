@@ -20,6 +20,7 @@ rule record_parts:
     resources:
         mem_mb=mem_mb("record_parts"),
         runtime=runtime("record_parts"),
+        gpu_memory_percent=gpu_share("record_parts"),
     params:
         n=lambda w: config["sizes"][w.split],
         seed=config["seed"],
@@ -47,6 +48,7 @@ rule fit_parts:
     resources:
         mem_mb=mem_mb("fit_parts"),
         runtime=runtime("fit_parts"),
+        gpu_memory_percent=gpu_share("fit_parts"),
     params:
         code=code_hash("fit_parts"),
     script:
@@ -71,6 +73,8 @@ rule part_r2_table:
         "logs/part_r2_table/{model}/{corpus}.log",
     conda:
         "../envs/jtc.yaml"
+    resources:
+        gpu_memory_percent=gpu_share("part_r2_table", "validation"),
     params:
         code=code_hash("part_r2_table"),
     script:
@@ -117,6 +121,7 @@ rule replace_parts:
     resources:
         mem_mb=mem_mb("replace_parts", "validation"),
         runtime=runtime("replace_parts", "validation"),
+        gpu_memory_percent=gpu_share("replace_parts", "validation"),
     params:
         variants={v: VARIANTS[v] for v in SUBMODULES["variants"]},
         jumps=lambda w: jumps_of(w.model),
