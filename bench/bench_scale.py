@@ -11,7 +11,10 @@ with this Python (so snakemake need only be importable, e.g. from PYTHONPATH), a
 the wall time; jobs and job-seconds per rule (jobs counted from Snakemake's log, seconds summed
 from the `s` column of the benchmark files WORKDIR/benchmarks/<rule>/...tsv written by this run);
 GPU utilisation sampled every 0.5 s (mean %, share of samples above 0) and peak GPU memory used,
-from nvidia-smi (skipped with a note where there is none). --json FILE writes the same as JSON.
+from nvidia-smi (skipped with a note where there is none); per rule, the share of the GPU's
+memory the workflow gave its jobs (gpu_memory_percent, an estimate) beside the most GPU memory one
+of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script).
+--json FILE writes the same as JSON.
 
 Run: python bench/bench_scale.py --model-dir DIR --workdir DIR --text FILE [--dtype bfloat16]
          [--train 9000 --validation 3000] [--methods id,mat,njtc,nnjtc,tuned_lens]
@@ -50,6 +53,10 @@ STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]\s*$")
 JOB_ID = re.compile(r"^\s+jobid: (\d+)\s*$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 PROGRESS = re.compile(r"^\d+ of \d+ steps \(.*\) done")
+GPU_SHARE = re.compile(r"^\s+resources: .*\bgpu_memory_percent=(\d+)")
+# the script a job runs: Snakemake copies workflow/scripts/<rule>.py to
+# .snakemake/scripts/tmpXXXX.<rule>.py
+JOB_SCRIPT = re.compile(r"\.snakemake/scripts/tmp\w+\.(\w+)\.py$")
 
 
 # --- the experiment -------------------------------------------------------------------------
@@ -107,18 +114,34 @@ def experiment_config(args, model: str, corpus: str) -> dict:
 # --- GPU sampling ---------------------------------------------------------------------------
 
 
+def job_rule(pid: str) -> str | None:
+    """The rule whose job process `pid` is, from its command line (None: not a job, or a pid
+    this machine's /proc does not show, e.g. nvidia-smi inside a container)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for arg in argv:
+        match = JOB_SCRIPT.search(arg.decode(errors="replace"))
+        if match:
+            return match.group(1)
+    return None
+
+
 class GpuSampler(threading.Thread):
     """nvidia-smi's utilisation and memory used, every `interval` seconds, in the background;
     the visible GPUs (CUDA_VISIBLE_DEVICES, when it lists indices) averaged (utilisation) and
-    summed (memory)."""
+    summed (memory); and the GPU memory of each process, kept per rule as its largest."""
 
     QUERY = ["--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+    APPS = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 
     def __init__(self, interval: float = 0.5):
         super().__init__(daemon=True)
         self.interval = interval
         self.samples: list[tuple[float, float]] = []  # (utilisation %, memory MiB)
         self.errors = 0
+        self.rule_peak_mib: dict[str, float] = {}  # rule -> most memory one of its jobs held
         self._stop_event = threading.Event()
         self.command = ["nvidia-smi", *self.QUERY]
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -141,6 +164,22 @@ class GpuSampler(threading.Thread):
             return None
         return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows)
 
+    def sample_processes(self) -> None:
+        """Each GPU process's memory, kept as the largest seen for the rule it runs."""
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", *self.APPS], capture_output=True, text=True, timeout=10, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return
+        for line in out.splitlines():
+            fields = [field.strip() for field in line.split(",")]
+            if len(fields) != 2 or not fields[1].replace(".", "", 1).isdigit():
+                continue  # e.g. "[N/A]" where the driver does not tell
+            rule = job_rule(fields[0])
+            if rule is not None:
+                self.rule_peak_mib[rule] = max(self.rule_peak_mib.get(rule, 0.0), float(fields[1]))
+
     def run(self) -> None:
         while not self._stop_event.is_set():
             start = time.monotonic()
@@ -149,6 +188,7 @@ class GpuSampler(threading.Thread):
                 self.errors += 1
             else:
                 self.samples.append(value)
+                self.sample_processes()
             self._stop_event.wait(max(0.0, self.interval - (time.monotonic() - start)))
 
     def stop(self) -> dict:
@@ -164,6 +204,7 @@ class GpuSampler(threading.Thread):
             "busy_share": sum(u > 0 for u in utilisation) / len(utilisation),
             "memory_peak_mib": max(m for _, m in self.samples),
             "failed_samples": self.errors,
+            "rule_peak_mib": dict(sorted(self.rule_peak_mib.items())),
         }
 
 
@@ -212,6 +253,19 @@ def jobs_per_rule(lines: list[str]) -> dict[str, int]:
     return counts
 
 
+def gpu_shares(lines: list[str]) -> dict[str, int]:
+    """{rule: the largest share of the GPU's memory (percent) given to one of its jobs}, from
+    the resources line of each job's block in Snakemake's output."""
+    shares: dict[str, int] = {}
+    rule = None
+    for line in lines:
+        if match := JOB_LINE.match(line):
+            rule = match.group(1)
+        elif rule is not None and (match := GPU_SHARE.match(line)):
+            shares[rule] = max(shares.get(rule, 0), int(match.group(1)))
+    return shares
+
+
 def logged_seconds(lines: list[str]) -> dict[str, float]:
     """{rule: wall seconds of its jobs} from the time stamps of Snakemake's output (each job's
     start and "Finished jobid" lines; 1 s resolution): every rule, benchmarked or not."""
@@ -255,7 +309,11 @@ def benchmark_seconds(workdir: Path, since: float) -> dict[str, dict]:
 
 
 def report_rules(
-    jobs: dict[str, int], seconds: dict[str, dict], logged: dict[str, float]
+    jobs: dict[str, int],
+    seconds: dict[str, dict],
+    logged: dict[str, float],
+    shares: dict[str, int],
+    gpu_peak_mib: dict[str, float],
 ) -> dict[str, dict]:
     rules = {}
     for rule in sorted(jobs.keys() | seconds.keys()):
@@ -266,6 +324,8 @@ def report_rules(
             "benchmark_files": bench["files"] if bench else 0,
             "max_rss_mb": bench["max_rss_mb"] if bench else None,
             "log_seconds": logged.get(rule),
+            "gpu_share_pct": shares.get(rule),
+            "gpu_peak_mib": gpu_peak_mib.get(rule),
         }
     return rules
 
@@ -280,14 +340,15 @@ def print_report(report: dict) -> None:
     width = max([len(r) for r in rules] + [5])
     print(
         f"{'rule':<{width}}  {'jobs':>5}  {'job-seconds':>11}  {'log seconds':>11}  "
-        f"{'peak RSS MB':>11}"
+        f"{'peak RSS MB':>11}  {'GPU share %':>11}  {'GPU MiB':>8}"
     )
     order = sorted(rules, key=lambda r: -(rules[r]["seconds"] or rules[r]["log_seconds"] or 0))
     for rule in order:
         entry = rules[rule]
         print(
             f"{rule:<{width}}  {entry['jobs']:>5}  {_number(entry['seconds'], 1):>11}  "
-            f"{_number(entry['log_seconds'], 0):>11}  {_number(entry['max_rss_mb'], 0):>11}"
+            f"{_number(entry['log_seconds'], 0):>11}  {_number(entry['max_rss_mb'], 0):>11}  "
+            f"{_number(entry['gpu_share_pct'], 0):>11}  {_number(entry['gpu_peak_mib'], 0):>8}"
         )
     total_jobs = sum(e["jobs"] for e in rules.values())
     total = sum(e["seconds"] or 0.0 for e in rules.values())
@@ -295,7 +356,9 @@ def print_report(report: dict) -> None:
     print(f"{'total':<{width}}  {total_jobs:>5}  {total:>11.1f}  {logged:>11.0f}")
     print(
         "(job-seconds: the `s` column of the rule's benchmark files, '-' where it writes none; "
-        "log seconds: from Snakemake's time stamps, 1 s resolution, every rule)"
+        "log seconds: from Snakemake's time stamps, 1 s resolution, every rule; GPU share: "
+        "the largest gpu_memory_percent of the rule's jobs, estimated; GPU MiB: the most GPU "
+        "memory one of its jobs was seen holding, '-' where none was seen)"
     )
     gpu = report["gpu"]
     if "note" in gpu:
@@ -396,7 +459,11 @@ def main(argv=None) -> int:
         "wall_seconds": wall,
         "exit_status": status,
         "rules": report_rules(
-            jobs_per_rule(lines), benchmark_seconds(workdir, started - 1.0), logged_seconds(lines)
+            jobs_per_rule(lines),
+            benchmark_seconds(workdir, started - 1.0),
+            logged_seconds(lines),
+            gpu_shares(lines),
+            gpu.get("rule_peak_mib", {}),
         ),
         "gpu": gpu,
         "model": model,

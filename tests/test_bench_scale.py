@@ -5,6 +5,7 @@ benchmark runs a whole experiment through Snakemake on the tiny shape and report
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -62,6 +63,27 @@ def test_tiny_model_is_deterministic_and_loads(tmp_path, tokenizer_dir):
     assert made[0]["parameters"] == sum(p.numel() for p in model.parameters())
 
 
+FAKE_NVIDIA_SMI = """#!{python}
+# nvidia-smi for a machine without a GPU: a 100,000 MiB GPU at 37% holding 2,048 MiB, and every
+# running workflow job (a process of a .snakemake/scripts/ copy) holding 123 MiB of it
+import os, sys
+query = " ".join(sys.argv[1:])
+if "index,uuid,memory.total" in query:
+    print("0, GPU-00000000-fake, 100000")
+elif "utilization.gpu,memory.used" in query:
+    print("37, 2048")
+elif "query-compute-apps" in query:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b".snakemake/scripts/tmp" in open(f"/proc/{{pid}}/cmdline", "rb").read():
+                print(f"{{pid}}, 123")
+        except OSError:
+            pass
+else:
+    sys.exit(2)
+"""
+
+
 @pytest.mark.workflow
 def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, tokenizer_dir):
     start = time.perf_counter()
@@ -79,7 +101,12 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     bench += ["--train", "60", "--validation", "20", "--methods", "id,mat", "--max-tokens", "16"]
     bench += ["--cores", "2", "--threads", "1", "--submodule-jumps", "0", "--dtype", "float32"]
     bench += ["--bootstrap", "10", "--batch-size", "16", "--quiet"]
-    proc = subprocess.run(bench, capture_output=True, text=True, timeout=600)
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    (fake_bin / "nvidia-smi").write_text(FAKE_NVIDIA_SMI.format(python=sys.executable))
+    (fake_bin / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    proc = subprocess.run(bench, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     report = json.loads(report_file.read_text())
@@ -92,6 +119,18 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     assert report["rules"]["extract_hidden"]["jobs"] == 2  # train and validation
     assert report["rules"]["fit_map"]["jobs"] == 1  # one per method fitted in closed form
     assert "wall time:" in proc.stdout
+    # the GPU as nvidia-smi tells it: sampled over the run, and each rule's jobs seen on it
+    gpu = report["gpu"]
+    assert gpu["samples"] > 0 and gpu["utilization_mean_pct"] == 37
+    assert gpu["memory_peak_mib"] == 2048
+    assert gpu["rule_peak_mib"].get("extract_hidden") == 123, gpu["rule_peak_mib"]
+    assert set(gpu["rule_peak_mib"]) <= set(report["rules"]) and set(
+        gpu["rule_peak_mib"].values()
+    ) == {123}
+    # the share of the GPU the workflow gave each GPU job: 1% of 100,000 MiB for a tiny model
+    for rule in ("extract_hidden", "fit_map", "r2_table", "decode_predictions"):
+        assert report["rules"][rule]["gpu_share_pct"] == 1, rule
+    assert report["rules"]["plot_r2"]["gpu_share_pct"] is None  # no GPU
     r2 = workdir / paths.metric("r2.parquet").format(model="tiny-model", corpus="text")
     assert r2.is_file() and report["r2_table"] == str(r2)
     assert (
