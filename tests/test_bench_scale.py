@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_gpu import fake_nvidia_smi
 from tiny import make_tokenizer, write_sentences
 
 from jtc import paths
@@ -63,27 +64,6 @@ def test_tiny_model_is_deterministic_and_loads(tmp_path, tokenizer_dir):
     assert made[0]["parameters"] == sum(p.numel() for p in model.parameters())
 
 
-FAKE_NVIDIA_SMI = """#!{python}
-# nvidia-smi for a machine without a GPU: a 100,000 MiB GPU at 37% holding 2,048 MiB, and every
-# running workflow job (a process of a .snakemake/scripts/ copy) holding 123 MiB of it
-import os, sys
-query = " ".join(sys.argv[1:])
-if "index,uuid,memory.total" in query:
-    print("0, GPU-00000000-fake, 100000")
-elif "utilization.gpu,memory.used" in query:
-    print("37, 2048")
-elif "query-compute-apps" in query:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if b".snakemake/scripts/tmp" in open(f"/proc/{{pid}}/cmdline", "rb").read():
-                print(f"{{pid}}, 123")
-        except OSError:
-            pass
-else:
-    sys.exit(2)
-"""
-
-
 @pytest.mark.workflow
 def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, tokenizer_dir):
     start = time.perf_counter()
@@ -101,11 +81,9 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     bench += ["--train", "60", "--validation", "20", "--methods", "id,mat", "--max-tokens", "16"]
     bench += ["--cores", "2", "--threads", "1", "--submodule-jumps", "0", "--dtype", "float32"]
     bench += ["--bootstrap", "10", "--batch-size", "16", "--quiet"]
-    fake_bin = tmp_path / "fake-bin"
-    fake_bin.mkdir()
-    (fake_bin / "nvidia-smi").write_text(FAKE_NVIDIA_SMI.format(python=sys.executable))
-    (fake_bin / "nvidia-smi").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    # nvidia-smi for a machine without a GPU: a 100,000 MiB GPU at 37% holding 2,048 MiB, and
+    # every running workflow job holding 123 MiB of it
+    env = {**os.environ, **fake_nvidia_smi(tmp_path / "fake-bin", memory_mib=100_000)}
     proc = subprocess.run(bench, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -6,15 +6,8 @@ import json
 
 import pytest
 
-from jtc.resources import (
-    MIB,
-    Shape,
-    gpu_memory_mb,
-    gpu_memory_percent,
-    memory_mb,
-    runtime_minutes,
-    visible_gpu_mb,
-)
+from jtc.gpus import MIB
+from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 
 STAGES = [
     "resolve_model",
@@ -95,46 +88,3 @@ def test_jobs_that_hold_a_7b_model_share_an_h100_two_at_a_time_and_a_24_gb_gpu_a
     # a job larger than the GPU still runs (alone): never more than the limit
     tiny_gpu = 100.0
     assert gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, tiny_gpu) == 100
-
-
-LISTING = "0, GPU-1111-aaaa, 81559\n1, GPU-2222-bbbb, 40960\n"
-
-
-@pytest.mark.parametrize(
-    ("visible", "mib"),
-    [
-        (None, 81559),  # every GPU visible: the job's "cuda" is GPU 0
-        ("1", 40960),
-        ("1,0", 40960),
-        ("GPU-2222-bbbb", 40960),
-        ("GPU-2222", 40960),  # a UUID prefix, as CUDA accepts
-        ("MIG-3333", 40960),  # not in the listing: the smallest GPU's memory
-        ("", None),
-        ("-1", None),
-    ],
-)
-def test_the_gpu_is_the_first_of_cuda_visible_devices(visible, mib):
-    mb = visible_gpu_mb(LISTING, visible)
-    assert mb == (None if mib is None else pytest.approx(mib * MIB))
-    assert visible_gpu_mb("", None) is None
-
-
-def _fake_nvidia_smi(folder, body):
-    folder.mkdir(exist_ok=True)
-    smi = folder / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\n{body}\n")
-    smi.chmod(0o755)
-    return folder
-
-
-def test_gpu_memory_is_read_from_nvidia_smi_and_none_where_it_cannot_be(tmp_path, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert gpu_memory_mb() is None  # no nvidia-smi
-    bin_dir = _fake_nvidia_smi(tmp_path / "bin", f"printf '{LISTING}'")
-    monkeypatch.setenv("PATH", str(bin_dir))
-    assert gpu_memory_mb() == pytest.approx(81559 * MIB)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert gpu_memory_mb() == pytest.approx(40960 * MIB)
-    _fake_nvidia_smi(bin_dir, "echo 'NVIDIA-SMI has failed: no driver' >&2; exit 9")
-    assert gpu_memory_mb() is None

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from fake_gpu import fake_nvidia_smi
 from harness import (
     ROOT,
     copy_run,
@@ -319,7 +320,9 @@ def test_compute_settings_rerun_what_they_change(tiny_run, tmp_path):
     config = read_config(tiny_run)
     config["models"]["gpt"]["device_map"] = "auto"
     copy_run(tiny_run, tmp_path, config)
-    plan = rules_run(run_snakemake(tmp_path, "all", "-n"))
+    # on a machine with a GPU (nvidia-smi faked): on one without, device_map is refused
+    gpu = fake_nvidia_smi(tmp_path / "fake-bin")
+    plan = rules_run(run_snakemake(tmp_path, "all", "-n", env=gpu))
     assert "resolve_model" not in plan and plan["extract_hidden"] == 2  # gpt's two splits
     config["models"]["gpt"].pop("device_map")
     config["models"]["gpt"]["dtype"] = "bfloat16"

@@ -1,16 +1,17 @@
 """Everything the workflow checks while it plans, before any job runs: the config files
 (duplicate keys), the config itself (schema), what the model folders and text corpora already
-tell (architecture, decoder head, depth, size), and, once a model is resolved, what its
-info.json tells. Torch-free, so planning stays fast."""
+tell (architecture, decoder head, depth, size), what this machine's GPU cannot run, and, once
+a model is resolved, what its info.json tells. Torch-free, so planning stays fast."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .adapters import UnsupportedArchitecture, adapter_of, missing_head_message, part_adapter
 from .config import ConfigError, check_config_file, layer_problem, rank_problem, validate_config
 from .corpus import input_problem, size_problem
+from .gpus import LocalGpu, no_gpu_for_jobs
 from .parts import jump_problem
 from .sources import (
     local_num_layers,
@@ -71,4 +72,30 @@ def resolved_problem(
         problem = layer_problem(name, info["num_layers"], config)
         if problem:
             return f"invalid configuration: {problem}"
+    return None
+
+
+def gpu_problem(models: dict[str, Any], find_gpu: Callable[[], LocalGpu | None]) -> str | None:
+    """What this machine cannot run of what the models ask, for a run whose jobs run here: a
+    `device_map` where the jobs will see no GPU, `dtype: bfloat16` on a GPU without it (compute
+    capability below 8.0). `find_gpu` (jtc.gpus.local_gpu) is asked only when a model needs it.
+    The jobs refuse the same (jtc.models.compute_problem); this says it before any job runs."""
+    for name, spec in models.items():
+        device_map, dtype = spec.get("device_map"), spec.get("dtype", "float32")
+        if device_map is None and dtype != "bfloat16":
+            continue
+        gpu = find_gpu()
+        if device_map is not None and no_gpu_for_jobs(gpu):
+            return (
+                f"model '{name}': models.{name}.device_map '{device_map}' spreads the model over "
+                "GPUs, but this machine's jobs see no CUDA device (no GPU driver, or "
+                "CUDA_VISIBLE_DEVICES hides them)"
+            )
+        if dtype == "bfloat16" and gpu and gpu.capability and gpu.capability < (8, 0):
+            major, minor = gpu.capability
+            return (
+                f"model '{name}': models.{name}.dtype bfloat16 is not supported by this GPU "
+                f"({gpu.name}, compute capability {major}.{minor}; bfloat16 needs 8.0, NVIDIA "
+                "Ampere or later); use float16 or float32"
+            )
     return None

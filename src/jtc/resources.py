@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,50 +144,10 @@ def gpu_memory_percent(stage: str, shape: Shape, gpu_mb: float | None, attempt: 
     or 0 where there is no GPU (`gpu_mb` None). The local scheduler runs GPU jobs side by side
     only while their shares add up to at most 100 (the `gpu_memory_percent` resource, whose
     limit workflow/profiles/default sets), so jobs that each load a model never overfill the
-    GPU. The estimate is the job's memory request less the interpreter's (an upper bound: it
-    counts the host copy of a model being loaded) and a CUDA context; a job larger than the GPU
-    gets 100 and runs alone."""
+    GPU. The estimate is the job's memory request less the interpreter's (so it also counts the
+    host copy of a model being loaded), and a CUDA context; a job larger than the GPU gets 100
+    and runs alone."""
     if not gpu_mb:
         return 0
     need = (_data_mb(stage, shape) + GPU_CONTEXT_MB) * attempt
     return max(1, min(100, math.ceil(100 * need / gpu_mb)))
-
-
-MIB = 1.048576  # MB
-NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
-
-
-def visible_gpu_mb(listing: str, visible: str | None) -> float | None:
-    """The memory (MB) of the GPU that a job's "cuda" device is: the first of
-    CUDA_VISIBLE_DEVICES (`visible`: indices or UUIDs; unset means every GPU) in nvidia-smi's
-    `index, uuid, memory.total` listing (MiB). None where no GPU is visible; the smallest GPU's
-    memory where the first visible one is not in the listing (a MIG slice, say)."""
-    gpus = []
-    for line in listing.strip().splitlines():
-        index, uuid, total = (field.strip() for field in line.split(","))
-        gpus.append((index, uuid, float(total) * MIB))
-    if visible is not None:
-        first = visible.split(",")[0].strip()
-        if first in ("", "-1") or not gpus:
-            return None
-        for index, uuid, total in gpus:
-            if first in (index, uuid) or (first.startswith("GPU-") and uuid.startswith(first)):
-                return total
-        return min(total for _, _, total in gpus)
-    return gpus[0][2] if gpus else None
-
-
-def gpu_memory_mb() -> float | None:
-    """This machine's GPU memory (MB) as the workflow's local jobs will see it (nvidia-smi and
-    CUDA_VISIBLE_DEVICES), or None: no nvidia-smi, no GPU visible, or nvidia-smi failing (no
-    driver loaded)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        listing = subprocess.run(
-            [smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
-        return visible_gpu_mb(listing, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None

@@ -17,14 +17,9 @@ from jtc.keep import Keeper, drop_stale
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
-from jtc.planning import checked_config, resolved_problem
-from jtc.resources import (
-    Shape,
-    gpu_memory_mb,
-    gpu_memory_percent,
-    memory_mb,
-    runtime_minutes,
-)
+from jtc.gpus import local_gpu
+from jtc.planning import checked_config, gpu_problem, resolved_problem
+from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 from jtc.stages.report import headline_sources
 from jtc.summary import run_summary
 from jtc.tracking import code_hash as _code_hash
@@ -35,6 +30,21 @@ except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
 config.update(_checked)
+
+
+@functools.cache
+def _local_gpu():
+    """The GPU this machine's jobs run on (nvidia-smi, asked once per run), or None: no GPU,
+    or jobs that run elsewhere (a cluster's nodes each have their own)."""
+    return local_gpu() if workflow.local_exec else None
+
+
+# what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
+# refused before any job; a cluster's jobs run elsewhere and check it there
+if workflow.is_main_process and workflow.local_exec:
+    _problem = gpu_problem(config["models"], _local_gpu)
+    if _problem:
+        raise WorkflowError(f"invalid configuration for this machine: {_problem}")
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
@@ -173,11 +183,9 @@ def runtime(stage, split="train"):
     )
 
 
-@functools.cache
 def _local_gpu_mb():
-    """The memory of the GPU this machine's jobs run on (nvidia-smi, once per run), or None:
-    no GPU, or jobs that run elsewhere (a cluster's nodes each have their own)."""
-    return gpu_memory_mb() if workflow.local_exec else None
+    gpu = _local_gpu()
+    return gpu.memory_mb if gpu else None
 
 
 def gpu_share(stage, split="train"):

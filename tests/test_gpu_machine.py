@@ -1,17 +1,19 @@
-"""On a machine with a GPU, the jobs that use it run side by side only while their estimated
+"""The workflow on a machine with a GPU, with nvidia-smi faked so that this runs anywhere (the
+jobs themselves see no GPU): what the machine cannot run is refused before any job, leaving a
+finished run as it was; the jobs that use the GPU run side by side only while their estimated
 shares of its memory add up to at most 100 (the `gpu_memory_percent` resource, whose limit
-workflow/profiles/default sets). nvidia-smi is faked, so this runs anywhere: the jobs
-themselves see no GPU, but the shares and the scheduling are the workflow's own."""
+workflow/profiles/default sets)."""
 
-import os
 import re
 from pathlib import Path
 
 import pytest
-from harness import JOB_LINE, copy_run, read_config, run_snakemake
+from fake_gpu import fake_nvidia_smi
+from harness import JOB_LINE, copy_run, read_config, run_snakemake, snapshot
 
 from jtc import paths
-from jtc.resources import MIB, Shape, gpu_memory_percent
+from jtc.gpus import MIB
+from jtc.resources import Shape, gpu_memory_percent
 
 pytestmark = pytest.mark.workflow
 
@@ -21,13 +23,8 @@ SPLITS = ("train", "validation")
 def _extract_both_splits(workdir: Path, gpu_mib: int):
     """Rerun the tiny gpt model's two extraction jobs on a fake GPU of `gpu_mib` MiB: each job's
     share of it, and whether the second job started before the first had finished."""
-    bin_dir = workdir / "fake-bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\necho '0, GPU-00000000-fake, {gpu_mib}'\n")
-    smi.chmod(0o755)
     targets = [paths.HIDDEN.format(model="gpt", corpus="mini", split=s) for s in SPLITS]
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    env = fake_nvidia_smi(workdir / "fake-bin", memory_mib=gpu_mib)
     proc = run_snakemake(workdir, *targets, "--forcerun", "extract_hidden", env=env)
     events, shares = [], []
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -66,3 +63,43 @@ def test_gpu_jobs_that_fit_together_run_side_by_side(tiny_run, tmp_path):
     shares, one_after_the_other = _extract_both_splits(workdir, large_gpu)
     assert shares == [1, 1]
     assert not one_after_the_other
+
+
+@pytest.mark.parametrize(
+    ("setting", "gpu", "message"),
+    [
+        (
+            {"dtype": "bfloat16"},
+            {"capability": "7.0", "name": "Tesla V100-SXM2-16GB"},
+            "models.gpt.dtype bfloat16 is not supported by this GPU (Tesla V100-SXM2-16GB, "
+            "compute capability 7.0",
+        ),
+        (
+            {"device_map": "auto"},
+            None,  # CUDA_VISIBLE_DEVICES="": every GPU hidden from the jobs
+            "models.gpt.device_map 'auto' spreads the model over GPUs, but this machine's jobs "
+            "see no CUDA device",
+        ),
+    ],
+)
+def test_what_this_machine_cannot_run_is_refused_before_any_job(
+    tiny_run, tmp_path, setting, gpu, message
+):
+    config = read_config(tiny_run)
+    config["models"]["gpt"].update(setting)
+    workdir = copy_run(tiny_run, tmp_path, config)
+    before = snapshot(workdir)
+    env = fake_nvidia_smi(tmp_path / "fake-bin", **(gpu or {}))
+    if gpu is None:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    for args in (["-n"], []):  # a dry run says it too
+        proc = run_snakemake(workdir, "all", *args, env=env, check=False)
+        output = proc.stdout + proc.stderr  # a dry run prints its error on stdout
+        assert proc.returncode != 0 and message in output, output[-2000:]
+        assert "invalid configuration for this machine: model 'gpt'" in output
+    assert snapshot(workdir) == before
+    # on a GPU that can (Ampere), the same setting plans its jobs
+    if gpu is not None:
+        env = fake_nvidia_smi(tmp_path / "ampere", capability="8.0")
+        proc = run_snakemake(workdir, "all", "-n", env=env)
+        assert "resolve_model" in proc.stdout
