@@ -25,7 +25,7 @@ V100 = LocalGpu("Tesla V100-SXM2-32GB", 32768 * MIB, (7, 0))
         ("1,0", V100),
         ("GPU-2222-bbbb", V100),
         ("GPU-2222", V100),  # a UUID prefix, as CUDA takes it
-        ("MIG-3333", V100),  # not listed: the GPU with the least memory
+        ("MIG-3333", None),  # a MIG slice: its memory is not in the listing
         ("", None),
         ("-1", None),
     ],

@@ -43,8 +43,8 @@ def first_visible(listing: str, visible: str | None) -> LocalGpu | None:
     """The GPU that is a job's "cuda" device: the first of CUDA_VISIBLE_DEVICES (`visible`:
     indices or UUIDs, or a UUID's prefix; unset means every GPU) among nvidia-smi's lines of
     `index, uuid, name, memory.total[, compute_cap]` (memory in MiB). None where none is
-    visible; where the first visible one is not listed (a MIG slice, say), the GPU with the
-    least memory."""
+    visible, and where the first visible one is not listed: a MIG slice, whose memory and
+    capability this listing of whole GPUs does not tell."""
     gpus: list[tuple[str, str, LocalGpu]] = []
     for line in listing.strip().splitlines():
         index, uuid, rest = (field.strip() for field in line.split(",", 2))
@@ -63,7 +63,7 @@ def first_visible(listing: str, visible: str | None) -> LocalGpu | None:
     for index, uuid, gpu in gpus:
         if first in (index, uuid) or (first.startswith("GPU-") and uuid.startswith(first)):
             return gpu
-    return min((gpu for _, _, gpu in gpus), key=lambda gpu: gpu.memory_mb)
+    return None
 
 
 def local_gpu() -> LocalGpu | None:
