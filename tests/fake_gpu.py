@@ -10,18 +10,23 @@ from pathlib import Path
 
 SCRIPT = """#!{python}
 import os, sys
-query = " ".join(sys.argv[1:])
-if "memory.total" in query:
-    if "compute_cap" in query and {old_driver}:
+GPU = {{
+    "index": "0",
+    "uuid": "GPU-00000000-fake",
+    "name": {name!r},
+    "memory.total": "{memory_mib}",
+    "mig.mode.current": "{mig}",
+    "compute_cap": "{capability}",
+    "utilization.gpu": "{utilisation}",
+    "memory.used": "{used_mib}",
+}}
+query = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--query-gpu=")]
+if query:
+    if {old_driver} and {{"mig.mode.current", "compute_cap"}} & set(query[0]):
         print('Field "compute_cap" is not a valid field to query.', file=sys.stderr)
         sys.exit(2)
-    fields = ["0", "GPU-00000000-fake", {name!r}, "{memory_mib}"]
-    if "compute_cap" in query:
-        fields.append("{capability}")
-    print(", ".join(fields))
-elif "utilization.gpu,memory.used" in query:
-    print("{utilisation}, {used_mib}")
-elif "query-compute-apps" in query:
+    print(", ".join(GPU[field] for field in query[0]))
+elif any(a.startswith("--query-compute-apps=") for a in sys.argv[1:]):
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if b".snakemake/scripts/tmp" in open(f"/proc/{{pid}}/cmdline", "rb").read():
@@ -39,13 +44,15 @@ def fake_nvidia_smi(
     capability: str = "8.0",
     name: str = "NVIDIA A100-SXM4-80GB",
     old_driver: bool = False,
+    mig: bool = False,
     utilisation: int = 37,
     used_mib: int = 2048,
     process_mib: int = 123,
 ) -> dict[str, str]:
-    """Write folder/nvidia-smi: one GPU of `memory_mib` MiB and compute `capability` (none
-    reported with `old_driver`), `utilisation` % busy with `used_mib` MiB used, and
-    `process_mib` MiB held by each running workflow job. Returns the environment variables
+    """Write folder/nvidia-smi: one GPU of `memory_mib` MiB and compute `capability` (neither
+    it nor the MIG mode reported with `old_driver`), split into MIG slices with `mig`,
+    `utilisation` % busy with `used_mib` MiB used, and `process_mib` MiB held by each running
+    workflow job. Returns the environment variables
     that put it first on PATH, with CUDA_VISIBLE_DEVICES=0."""
     folder.mkdir(parents=True, exist_ok=True)
     smi = folder / "nvidia-smi"
@@ -53,6 +60,7 @@ def fake_nvidia_smi(
         SCRIPT.format(
             python=sys.executable,
             old_driver=old_driver,
+            mig="Enabled" if mig else "Disabled",
             name=name,
             memory_mib=memory_mib,
             capability=capability,

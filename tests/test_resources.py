@@ -79,11 +79,14 @@ def test_a_gpu_jobs_share_of_the_gpu_follows_the_model_the_gpu_and_the_attempt(s
     assert gpu_memory_percent(stage, LLAMA_7B_BF16, h100, attempt=2) >= min(100, 2 * share - 1)
 
 
-def test_jobs_that_hold_a_7b_model_share_an_h100_two_at_a_time_and_a_24_gb_gpu_alone():
+def test_jobs_that_hold_a_7b_model_share_an_h100_and_a_24_gb_gpu_takes_one_at_a_time():
     h100, rtx = 81_559 * MIB, 24_564 * MIB
     extract = gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, h100)
-    assert 2 * extract <= 100 < 3 * extract  # 13.5 GB of weights, counted twice while loading
-    assert gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, rtx) == 100  # runs alone
+    # 13.5 GB of weights on the GPU once (twice in host memory while loading), 2.2 GB of states
+    assert 4 * extract <= 100 < 6 * extract
+    assert 50 < gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, rtx) <= 100
+    host = memory_mb("extract_hidden", LLAMA_7B_BF16)
+    assert host > 2 * 13_477  # the host request still counts both copies
     assert gpu_memory_percent("decode_predictions", LLAMA_7B_BF16, h100) < 10  # the head only
     # a job larger than the GPU still runs (alone): never more than the limit
     tiny_gpu = 100.0

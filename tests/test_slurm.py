@@ -2,6 +2,7 @@
 repository's SLURM profile: the same tables as a local run, a job cancelled mid-run is retried,
 and a job that always fails stops the run naming its rule."""
 
+import re
 import shutil
 import subprocess
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from fake_gpu import fake_nvidia_smi
 from harness import ROOT, make_tiny_project, read_config, start_snakemake, write_config
 from safetensors.numpy import load_file
 from slurm_cluster import ForeignConfig, LocalSlurm, missing_binaries
@@ -143,7 +145,10 @@ def runs(cluster, project, tmp_path_factory):
     config["models"]["broken"] = {"source": str(broken)}
     write_config(remote, config)
     targets = [*TARGETS, "results/metrics/broken/mini/r2.parquet"]
-    proc = snakemake(remote, *SLURM_FLAGS, *targets, env=cluster.env)
+    # Snakemake itself sees a GPU (nvidia-smi faked): the jobs, on SLURM's nodes, take no share
+    # of it (gpu_memory_percent 0), and nothing is refused for its sake
+    gpu = fake_nvidia_smi(root / "fake-bin", memory_mib=1000)
+    proc = snakemake(remote, *SLURM_FLAGS, *targets, env={**cluster.env, **gpu})
     done, stop = {}, threading.Event()
     watcher = threading.Thread(
         target=cancel_first_running, args=(cluster, "extract_hidden_wildcards_gpt", done, stop)
@@ -179,6 +184,8 @@ def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):
         gpu_rules = tuple(f"rule_{r}" for r in GPU_RULES)
         gpu_rule = job["comment"].startswith(gpu_rules)
         assert (job["partition"] == "gpu" and "gpu:1" in job["gpus"]) == gpu_rule, runs["jobs"]
+    shares = re.findall(r"\bgpu_memory_percent=(\d+)", out)
+    assert shares and set(shares) == {"0"}, shares  # the submitting machine's GPU is not theirs
     same_outputs(runs["local"], runs["slurm"])
 
 

@@ -1,5 +1,6 @@
-"""The machine's GPU as nvidia-smi describes it, read while planning (torch-free, fast): the
-GPU that a local job's "cuda" device will be, with its memory and compute capability."""
+"""The machine's GPU as nvidia-smi describes it, read once a run's executor is known (torch-free,
+fast): the GPU that a local job's "cuda" device will be, with its memory and compute
+capability."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from pathlib import Path
 
 MIB = 1.048576  # MB
 DRIVER_DEVICES = (Path("/dev/nvidiactl"), Path("/dev/kfd"))  # NVIDIA's driver, AMD's (ROCm)
-FIELDS = "index,uuid,name,memory.total"
-FORMAT = "--format=csv,noheader,nounits"
+# what is asked of nvidia-smi: everything, then what a driver too old for the rest still tells
+QUERIES = (
+    ("index", "uuid", "name", "memory.total", "mig.mode.current", "compute_cap"),
+    ("index", "uuid", "name", "memory.total"),
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,14 @@ class LocalGpu:
     name: str
     memory_mb: float
     capability: tuple[int, int] | None  # None where the driver does not report it
+
+
+@dataclass(frozen=True)
+class _Listed:
+    index: str
+    uuid: str
+    gpu: LocalGpu
+    mig: bool  # split into MIG slices: CUDA's devices are the slices, not this GPU
 
 
 def _hides_every_gpu(visible: str | None) -> bool:
@@ -39,50 +51,86 @@ def no_gpu_for_jobs(gpu: LocalGpu | None) -> bool:
     )
 
 
-def first_visible(listing: str, visible: str | None) -> LocalGpu | None:
-    """The GPU that is a job's "cuda" device: the first of CUDA_VISIBLE_DEVICES (`visible`:
-    indices or UUIDs, or a UUID's prefix; unset means every GPU) among nvidia-smi's lines of
-    `index, uuid, name, memory.total[, compute_cap]` (memory in MiB). None where none is
-    visible, and where the first visible one is not listed: a MIG slice, whose memory and
-    capability this listing of whole GPUs does not tell."""
-    gpus: list[tuple[str, str, LocalGpu]] = []
-    for line in listing.strip().splitlines():
-        index, uuid, rest = (field.strip() for field in line.split(",", 2))
-        fields = [field.strip() for field in rest.rsplit(",", 2)]
-        capability = None
-        if len(fields) == 3:  # name, memory, compute capability
-            major, _, minor = fields.pop().partition(".")
-            capability = (int(major), int(minor or 0))
-        name, memory = ", ".join(fields[:-1]), fields[-1]
-        gpus.append((index, uuid, LocalGpu(name, float(memory) * MIB, capability)))
-    if not gpus or _hides_every_gpu(visible):
+def _parse_line(line: str, fields: tuple[str, ...]) -> _Listed | None:
+    """One line of nvidia-smi's csv listing of `fields` (index, uuid, name, then the rest);
+    None where a value is missing ([N/A]) or malformed. A name may hold commas: the fields
+    after it are counted from the end."""
+    values = [value.strip() for value in line.split(",")]
+    rest = len(fields) - 3
+    if len(values) < len(fields):
         return None
-    if visible is None:
-        return gpus[0][2]
-    first = visible.split(",")[0].strip()
-    for index, uuid, gpu in gpus:
-        if first in (index, uuid) or (first.startswith("GPU-") and uuid.startswith(first)):
-            return gpu
-    return None
+    named = dict(zip(fields[3:], values[len(values) - rest :], strict=True))
+    try:
+        memory = float(named["memory.total"]) * MIB
+        capability = None
+        if "compute_cap" in named:
+            major, minor = named["compute_cap"].split(".")
+            capability = (int(major), int(minor))
+    except ValueError:
+        return None
+    return _Listed(
+        index=values[0],
+        uuid=values[1],
+        gpu=LocalGpu(", ".join(values[2 : len(values) - rest]), memory, capability),
+        mig=named.get("mig.mode.current", "").lower() == "enabled",
+    )
+
+
+def first_visible(
+    listing: str, fields: tuple[str, ...], visible: str | None, order: str | None = None
+) -> LocalGpu | None:
+    """The GPU that is a job's "cuda" device, from nvidia-smi's csv listing of `fields`: the
+    first of CUDA_VISIBLE_DEVICES (`visible`: indices, UUIDs or a UUID's prefix; unset means
+    every GPU, so device 0), with CUDA_DEVICE_ORDER `order`. None where it cannot be told: no
+    GPU visible; a MIG slice (its memory is not in this listing of whole GPUs); its line
+    unreadable. nvidia-smi numbers GPUs by bus, CUDA fastest first unless `order` is
+    PCI_BUS_ID: where an index decides and the GPUs differ, the answer is the least of them
+    (the smallest memory; the capability only where all agree)."""
+    if _hides_every_gpu(visible):
+        return None
+    listed = [_parse_line(line, fields) for line in listing.strip().splitlines() if line.strip()]
+    first = "0" if visible is None else visible.split(",")[0].strip()
+    if first.startswith("MIG-"):
+        return None
+    if first.startswith("GPU-"):
+        chosen = [x for x in listed if x is not None and x.uuid.startswith(first)]
+    elif order == "PCI_BUS_ID" or (None not in listed and len({x.gpu for x in listed}) == 1):
+        chosen = [x for x in listed if x is not None and x.index == first]
+    else:  # the index may name any of these GPUs
+        chosen = listed
+    if not chosen or any(x is None or x.mig for x in chosen):
+        return None
+    if len(chosen) == 1:
+        return chosen[0].gpu
+    capabilities = {x.gpu.capability for x in chosen}
+    return LocalGpu(
+        "one of " + ", ".join(sorted({x.gpu.name for x in chosen})),
+        min(x.gpu.memory_mb for x in chosen),
+        capabilities.pop() if len(capabilities) == 1 else None,
+    )
 
 
 def local_gpu() -> LocalGpu | None:
     """This machine's GPU as its local jobs will see it, or None: no nvidia-smi, no GPU visible,
-    or nvidia-smi failing (no driver loaded). A driver too old to report the compute capability
-    gives it as None."""
+    one that cannot be told (first_visible), or nvidia-smi failing (no driver loaded)."""
     smi = shutil.which("nvidia-smi")
     if smi is None or hidden_by_environment():
         return None
-    for fields in (FIELDS + ",compute_cap", FIELDS):
+    for fields in QUERIES:
         try:
             listing = subprocess.run(
-                [smi, f"--query-gpu={fields}", FORMAT],
+                [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
                 capture_output=True,
                 text=True,
-                timeout=30,
+                timeout=10,
                 check=True,
             ).stdout
-            return first_visible(listing, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        except (OSError, subprocess.SubprocessError, ValueError):
+        except (OSError, subprocess.SubprocessError):
             continue
+        return first_visible(
+            listing,
+            fields,
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+            os.environ.get("CUDA_DEVICE_ORDER"),
+        )
     return None

@@ -1,7 +1,8 @@
 """Everything the workflow checks while it plans, before any job runs: the config files
 (duplicate keys), the config itself (schema), what the model folders and text corpora already
-tell (architecture, decoder head, depth, size), what this machine's GPU cannot run, and, once
-a model is resolved, what its info.json tells. Torch-free, so planning stays fast."""
+tell (architecture, decoder head, depth, size), once a model is resolved what its info.json
+tells, and, as the first jobs start, what this machine's GPU cannot run. Torch-free, so planning
+stays fast."""
 
 from __future__ import annotations
 

@@ -69,15 +69,17 @@ def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
     return int(math.ceil((BASE_MB + _data_mb(stage, shape)) * attempt / 100) * 100)
 
 
-def _data_mb(stage: str, shape: Shape) -> float:
+def _data_mb(stage: str, shape: Shape, model_copies: int = 2) -> float:
     """What one job of `stage` holds beyond the interpreter and libraries (MB): the model or its
-    head, the states and the work arrays."""
+    head, the states and the work arrays. A job that runs the model holds `model_copies` of its
+    weights at the peak: two in host memory (the copy being loaded, the model), one on a GPU
+    (the weights are moved there, and the host copy freed)."""
     s = shape
     sequence_mb = s.rows * s.tokens / 2 * s.width * 4 / 1e6  # states at every position
     if stage == "resolve_model":
         need = 3 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
-        need = 2 * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
+        need = model_copies * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
     elif stage == "fit_map":  # every layer's states; float64 X, its projection, one target
         need = s.states_mb(s.rows) + s.rows * s.width * 8 * 4 / 1e6 + 64
     elif stage == "train_map":  # the tuned lens also holds the head and a batch of logits
@@ -95,11 +97,11 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "fit_shortlist":  # the head, its float64 copy, the last layer's states
         need = 3 * s.head_mb + s.rows * s.width * 4 / 1e6 + 64
     elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
-        need = 2 * s.model_mb + 1024 + 512
+        need = model_copies * s.model_mb + 1024 + 512
     elif stage == "fit_parts":  # one part at a time, as a fit_map job's
         need = s.rows * s.width * 8 * 4 / 1e6 + 64
     elif stage == "replace_parts":  # the model, every jump layer's states at every position
-        need = 2 * s.model_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
+        need = model_copies * s.model_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
     else:
         need = 500
     return need
@@ -144,10 +146,10 @@ def gpu_memory_percent(stage: str, shape: Shape, gpu_mb: float | None, attempt: 
     or 0 where there is no GPU (`gpu_mb` None). The local scheduler runs GPU jobs side by side
     only while their shares add up to at most 100 (the `gpu_memory_percent` resource, whose
     limit workflow/profiles/default sets), so jobs that each load a model never overfill the
-    GPU. The estimate is the job's memory request less the interpreter's (so it also counts the
-    host copy of a model being loaded), and a CUDA context; a job larger than the GPU gets 100
-    and runs alone."""
+    GPU. The estimate is what the job's memory request counts beyond the interpreter, with the
+    model's weights once, and a CUDA context; a job larger than the GPU gets 100 and runs
+    alone."""
     if not gpu_mb:
         return 0
-    need = (_data_mb(stage, shape) + GPU_CONTEXT_MB) * attempt
+    need = (_data_mb(stage, shape, model_copies=1) + GPU_CONTEXT_MB) * attempt
     return max(1, min(100, math.ceil(100 * need / gpu_mb)))

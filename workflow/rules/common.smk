@@ -2,7 +2,6 @@
 # (which read a resolved model's info.json), resources, and the code hash of each job.
 import atexit
 import dataclasses
-import functools
 import os
 import re
 import sys
@@ -31,20 +30,6 @@ except ConfigError as err:
 config.clear()
 config.update(_checked)
 
-
-@functools.cache
-def _local_gpu():
-    """The GPU this machine's jobs run on (nvidia-smi, asked once per run), or None: no GPU,
-    or jobs that run elsewhere (a cluster's nodes each have their own)."""
-    return local_gpu() if workflow.local_exec else None
-
-
-# what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
-# refused before any job; a cluster's jobs run elsewhere and check it there
-if workflow.is_main_process and workflow.local_exec:
-    _problem = gpu_problem(config["models"], _local_gpu)
-    if _problem:
-        raise WorkflowError(f"invalid configuration for this machine: {_problem}")
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
@@ -83,6 +68,11 @@ def _restore_kept():
 
 
 onstart:
+    # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
+    # refused before any job runs; a cluster's jobs run elsewhere and check it there
+    _problem = gpu_problem(config["models"], _local_gpu)
+    if _problem:
+        raise WorkflowError(f"invalid configuration for this machine: {_problem}")
     drop_stale(KEEPER.folder.parent, KEEPER.folder)
     atexit.register(_restore_kept)
     if KEEPER.save() is None:
@@ -181,6 +171,21 @@ def runtime(stage, split="train"):
     return lambda wildcards, attempt: runtime_minutes(
         stage, _stage_shape(stage, wildcards, split), attempt, _epochs(wildcards)
     )
+
+
+_LOCAL_GPU = {}
+
+
+def _local_gpu():
+    """The GPU this machine's jobs run on (nvidia-smi, asked once per run), or None: no GPU,
+    or jobs that run elsewhere (a cluster's nodes each have their own). Asked only once the
+    executor is known, i.e. while the jobs are planned and run, never while this file is read.
+    """
+    if workflow.executor_plugin is None or not workflow.local_exec:
+        return None
+    if "gpu" not in _LOCAL_GPU:
+        _LOCAL_GPU["gpu"] = local_gpu()
+    return _LOCAL_GPU["gpu"]
 
 
 def _local_gpu_mb():
