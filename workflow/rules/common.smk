@@ -11,12 +11,12 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.config import ConfigError
+from jtc.gpus import local_gpu
 from jtc.io import CorruptFileError, read_json
 from jtc.keep import Keeper, drop_stale
 from jtc.locks import clear_stale_locks
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
-from jtc.gpus import local_gpu
 from jtc.planning import checked_config, gpu_problem, resolved_problem
 from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 from jtc.stages.report import headline_sources
@@ -29,7 +29,6 @@ except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
 config.update(_checked)
-
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
