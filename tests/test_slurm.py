@@ -146,7 +146,7 @@ def runs(cluster, project, tmp_path_factory):
     write_config(remote, config)
     targets = [*TARGETS, "results/metrics/broken/mini/r2.parquet"]
     # Snakemake itself sees a GPU (nvidia-smi faked): the jobs, on SLURM's nodes, take no share
-    # of it (gpu_memory_percent 0), and nothing is refused for its sake
+    # of it (gpu_memory_percent 0)
     gpu = fake_nvidia_smi(root / "fake-bin", memory_mib=1000)
     proc = snakemake(remote, *SLURM_FLAGS, *targets, env={**cluster.env, **gpu})
     done, stop = {}, threading.Event()
