@@ -146,9 +146,9 @@ def gpu_memory_percent(stage: str, shape: Shape, gpu_mb: float | None, attempt: 
     or 0 where there is no GPU (`gpu_mb` None). The local scheduler runs GPU jobs side by side
     only while their shares add up to at most 100 (the `gpu_memory_percent` resource, whose
     limit workflow/profiles/default sets), so that jobs that each load a model do not overfill
-    the GPU, as far as the estimates hold. The estimate is what the job's memory request counts beyond the interpreter, with the
-    model's weights once, and a CUDA context; a job larger than the GPU gets 100 and runs
-    alone."""
+    the GPU, as far as the estimates hold. The estimate is what the job's memory request counts
+    beyond the interpreter, with the model's weights once, and a CUDA context; a job larger
+    than the GPU gets 100 and runs alone."""
     if not gpu_mb:
         return 0
     need = (_data_mb(stage, shape, model_copies=1) + GPU_CONTEXT_MB) * attempt
