@@ -1,5 +1,6 @@
-"""Interrupted runs: SIGKILL the workflow (Snakemake and its jobs) at the start of every stage;
-a plain rerun completes and its tables equal, bit for bit, those of an uninterrupted run."""
+"""Interrupted runs: SIGKILL the workflow (Snakemake and its jobs, or Snakemake alone: its jobs
+then end themselves) at the start of every stage; a plain rerun completes and its tables equal,
+bit for bit, those of an uninterrupted run."""
 
 import os
 import shutil
@@ -12,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from harness import make_tiny_project, run_snakemake, start_snakemake
 from safetensors.numpy import load_file
+
+from jtc.locks import workers_in
 
 pytestmark = pytest.mark.workflow
 
@@ -30,6 +33,9 @@ STAGES = [
     "plot_prediction",
     "plot_early_exit",
 ]
+# at these, only the Snakemake process is killed (kill -9 of it alone, the OOM killer): its jobs
+# must end by themselves (jtc.watchdog) so that the plain rerun finds no job still writing
+ALONE = {"extract_hidden", "decode_predictions"}
 
 
 def make_workdir(work):
@@ -56,8 +62,13 @@ def kill_when_started(work, stage, timeout=120.0):
                 return False
             if any((work / "logs" / stage).rglob("*.log")):
                 time.sleep(0.2)  # inside the job: a partial output may exist now
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                if stage in ALONE:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    assert_jobs_end(work, stage)
+                else:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
                 return True
             time.sleep(0.05)
         raise AssertionError(f"{stage} did not start within {timeout} s")
@@ -66,6 +77,16 @@ def kill_when_started(work, stage, timeout=120.0):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def assert_jobs_end(work, stage, timeout=15.0):
+    """The orphaned jobs of a killed run end by themselves, saying why in their logs."""
+    deadline = time.monotonic() + timeout
+    while workers_in(work):
+        assert time.monotonic() < deadline, f"jobs still running: {workers_in(work)}"
+        time.sleep(0.1)
+    logs = "".join(p.read_text() for p in (work / "logs" / stage).rglob("*.log"))
+    assert "is gone" in logs or "job CPU" in logs, logs[-2000:]  # ended, or had finished
 
 
 def tables(work):

@@ -61,6 +61,31 @@ def check_config_file(path: str | Path) -> dict[str, Any]:
         loader.dispose()
 
 
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` merged in key by key (nested mappings merged, anything else
+    replaced): what `--config key=value` does to the config in force."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def command_line_config(
+    config: dict[str, Any], default_file: str | Path, overrides: dict[str, Any], files_given: bool
+) -> dict[str, Any]:
+    """The config in force. With `replace-workflow-config` (workflow/profiles/default),
+    Snakemake drops the workflow's config file whenever the command line adds config, so
+    `--config key=value` alone would replace config/config.yaml by those keys. A config file
+    given with `--configfile` is meant to replace it; single keys are not: without such a file,
+    they are merged into `default_file`."""
+    if files_given or not overrides or not Path(default_file).is_file():
+        return config
+    return merged(check_config_file(default_file), overrides)
+
+
 def layer_problem(model: str, num_layers: int, config: dict[str, Any]) -> str | None:
     """A configured layer outside a model's 0..L: example layers or the minimum exit layer."""
     bad = [x for x in config["prediction"]["example_layers"] if not 0 <= x < num_layers]

@@ -31,6 +31,11 @@ SCHEMA = {
     # (% of the full model's, the checks counted; negative: exiting costs more than it saves)
     "exit_saved_percent": pa.float64(),
     "exit_macs_saved_percent": pa.float64(),
+    # from parameters.parquet: the rows the method's maps were fitted on (null: id), and whether
+    # they are fewer than the width of the states a map reads (its r² then measures overfitting)
+    "training_rows": pa.int64(),
+    "hidden_size": pa.int64(),
+    "underdetermined": pa.bool_(),
 }
 
 
@@ -95,6 +100,9 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
             "exit_target": saved.get(method, {}).get("target"),
             "exit_saved_percent": saved.get(method, {}).get("saved_percent"),
             "exit_macs_saved_percent": saved.get(method, {}).get("macs_saved_percent"),
+            "training_rows": size.get(method, {}).get("training_rows"),
+            "hidden_size": size.get(method, {}).get("hidden_size"),
+            "underdetermined": size.get(method, {}).get("underdetermined"),
         }
         rows.append(row)
     return rows
@@ -136,6 +144,30 @@ def _sentence(rows: list[dict]) -> str:
     if base is not None and best is not base:
         text += f", against {_percent(base['precision1_middle'])}% for id (the state as it is)"
     return text + "."
+
+
+def _underdetermined(rows: list[dict]) -> str:
+    """What the maps fitted on fewer training rows than the width are worth, naming them; ""
+    when there are none."""
+    flagged = [r for r in rows if r["underdetermined"]]
+    if not flagged:
+        return ""
+    fits: dict[tuple[int | None, int | None], list[str]] = {}
+    for r in flagged:
+        fits.setdefault((r["training_rows"], r["hidden_size"]), []).append(f"**{r['method']}**")
+    named = "; ".join(
+        f"{', '.join(methods)} on {_number(n, ',d')} training rows for a width of "
+        f"{_number(d, ',d')}"
+        for (n, d), methods in fits.items()
+    )
+    return (
+        "**Underdetermined fits.** Fitted on fewer training rows than the width of the states "
+        f"they map from: {named}. Each output coordinate of such a map has more inputs than "
+        "there are rows to fit them (a low-rank or trained map sees the same rows), so it can "
+        "reproduce its training rows: its held-out r² is dominated by overfitting, not by how "
+        "linear the model is, and so is what is read through it. Fit on more training sentences "
+        "than the width (``sizes.train``) before reading these numbers."
+    )
 
 
 COLUMNS = [  # (column, title, format)
@@ -189,6 +221,18 @@ def landing_section(table: pa.Table) -> str:
         "compare cheaper checks.",
         "",
     ]
+    flagged = [
+        f"{model} on {corpus} ({', '.join(r['method'] for r in group if r['underdetermined'])})"
+        for (model, corpus), group in groups.items()
+        if any(r["underdetermined"] for r in group)
+    ]
+    if flagged:
+        lines += [
+            "**Maps fitted on fewer training rows than the width:** "
+            + "; ".join(flagged)
+            + ". Their r² is dominated by overfitting: see the note under each table.",
+            "",
+        ]
     for (model, corpus), group in groups.items():
         lines += [
             f".. list-table:: {model} on {corpus}",
@@ -200,4 +244,7 @@ def landing_section(table: pa.Table) -> str:
             cells = [_cell(row, key, fmt) for key, _, fmt in COLUMNS]
             lines.append("   * - " + "\n     - ".join(cells))
         lines += ["", _sentence(group), ""]
+        note = _underdetermined(group)
+        if note:
+            lines += [note, ""]
     return "{% raw %}\n" + "\n".join(lines) + "\n{% endraw %}\n"

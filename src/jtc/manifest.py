@@ -32,7 +32,10 @@ def check_manifest(folder: str | Path) -> None:
     """Refuse a cached model whose files differ from its manifest (damaged, truncated, edited),
     naming the file and the command that rebuilds the cache."""
     folder = Path(folder)
-    rebuild = f"delete the folder {folder} and rerun the workflow to cache the model again"
+    rebuild = (
+        f"delete the folder {folder} and rerun the same snakemake command to cache the model "
+        f"again (rm -r {folder})"
+    )
     if not (folder / MANIFEST).is_file():
         raise CorruptFileError(
             f"{folder}: no {MANIFEST} (damaged, or cached by an older jtc): {rebuild}"

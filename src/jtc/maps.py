@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 from safetensors import SafetensorError, safe_open
 
+from . import stamps
 from .io import CorruptFileError, atomic_path, rows_table
 
 FORMAT = "jtc-shortcuts-v2"  # v1: one file per source layer
@@ -81,6 +82,9 @@ class TensorWriter:
     def close(self, metadata: Mapping[str, str]) -> None:
         """Write the file: header, then the tensors in the order they were added."""
         meta = {**metadata, CHECKSUMS: json.dumps(dict(sorted(self._digests.items())))}
+        stamp = stamps.stamp_for(self.path)  # in a workflow job: which output this is
+        if stamp is not None:
+            meta[stamps.KEY] = stamp
         header = json.dumps({"__metadata__": meta, **self._header}).encode()
         header += b" " * (-len(header) % 8)  # the data starts 8-byte aligned
         with atomic_path(self.path) as tmp, open(tmp, "wb") as out:
@@ -102,13 +106,13 @@ def _verified(
         expected = json.loads(meta[CHECKSUMS])[name]
     except (KeyError, TypeError, ValueError):
         raise CorruptFileError(
-            f"{path}: no checksum for tensor '{name}' (damaged, or written by an older jtc): "
-            "delete it and rerun the workflow to rebuild it"
+            f"{path}: no checksum for tensor '{name}' (damaged, or written by an older jtc); "
+            f"{stamps.rebuild_hint(path)}"
         ) from None
     if _digest(name, value) != expected:
         raise CorruptFileError(
-            f"{path}: tensor '{name}' does not match its checksum (the file is damaged): "
-            "delete it and rerun the workflow to rebuild it"
+            f"{path}: tensor '{name}' does not match its checksum (the file is damaged); "
+            f"{stamps.rebuild_hint(path)}"
         )
     return value
 
@@ -297,8 +301,9 @@ def _read(
             if meta.get("format") != FORMAT:
                 raise CorruptFileError(
                     f"{path}: not a jtc shortcut map file (format {meta.get('format')!r}, "
-                    f"expected {FORMAT!r}); delete it and rerun the workflow to rebuild it"
+                    f"expected {FORMAT!r}); {stamps.rebuild_hint(path)}"
                 )
+            stamps.check(path, stamps.parse(meta.get(stamps.KEY)))
             grouped: dict[tuple[int, int], dict[str, np.ndarray]] = {}
             for name in handle.keys():
                 s, t, part = _split_name(path, name)
@@ -306,7 +311,9 @@ def _read(
                     value = _verified(path, name, handle.get_tensor(name), meta)
                     grouped.setdefault((s, t), {})[part] = value
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read shortcut maps {path}: {exc}") from exc
+        raise CorruptFileError(
+            f"cannot read shortcut maps {path}: {exc}; {stamps.rebuild_hint(path)}"
+        ) from exc
     return grouped, meta
 
 
@@ -449,13 +456,16 @@ def read_tensor_file(
             if meta.get("format") != fmt:
                 raise CorruptFileError(
                     f"{path}: not a jtc {what} file (format {meta.get('format')!r}, expected "
-                    f"{fmt!r}); delete it and rerun the workflow to rebuild it"
+                    f"{fmt!r}); {stamps.rebuild_hint(path)}"
                 )
+            stamps.check(path, stamps.parse(meta.get(stamps.KEY)))
             tensors = {
                 name: _verified(path, name, handle.get_tensor(name), meta) for name in handle.keys()
             }
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read {what} {path}: {exc}") from exc
+        raise CorruptFileError(
+            f"cannot read {what} {path}: {exc}; {stamps.rebuild_hint(path)}"
+        ) from exc
     return tensors, meta
 
 

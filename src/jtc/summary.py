@@ -1,6 +1,6 @@
-"""The message a finished run ends with: where its results are, how to get the report, and which
-methods gave values that are not numbers (torch-free: the workflow prints it when a run
-succeeds)."""
+"""The message a finished run ends with: where its results are, how to get the report, which
+methods gave values that are not numbers and which were fitted on fewer rows than the width
+(torch-free: the workflow prints it when a run succeeds)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _overflows(rows: list[dict]) -> dict[str, tuple[int, int]]:
 
 def problems(results: str | Path, models: Iterable[str], corpora: Iterable[str]) -> list[str]:
     """What a reader should know before trusting the tables: r² that is not a number, decoded
-    states that overflowed (inf or NaN), runs with parts replaced that overflowed."""
+    states that overflowed (inf or NaN), runs with parts replaced that overflowed, maps fitted on
+    fewer training rows than the width."""
     found = []
     for model in models:
         for corpus in corpora:
@@ -61,6 +62,32 @@ def problems(results: str | Path, models: Iterable[str], corpora: Iterable[str])
                     f"{len(shares)} jump layers (up to {max(shares):.0%} of positions), counted "
                     f"as misses (submodules.csv, metric diverged)"
                 )
+            found += _underdetermined(where, metrics)
+    return found
+
+
+def _underdetermined(where: str, metrics: Path) -> list[str]:
+    """The maps fitted on fewer training rows than the width they map from (the parameter and
+    part r² tables' `underdetermined`), whose r² is dominated by overfitting."""
+    found = []
+    fits: dict[tuple[int, int], list[str]] = {}
+    for r in _table(metrics / "parameters.parquet") or []:
+        if r.get("underdetermined"):
+            fits.setdefault((r["training_rows"], r["hidden_size"]), []).append(r["method"])
+    for (rows, width), methods in fits.items():
+        found.append(
+            f"{where}: {', '.join(methods)} fitted on {rows} training rows, fewer than the width "
+            f"{width}: underdetermined, their r² is dominated by overfitting (parameters.csv, "
+            "underdetermined; raise sizes.train)"
+        )
+    parts = [r for r in _table(metrics / "parts_r2.parquet") or [] if r.get("underdetermined")]
+    if parts:
+        names = ", ".join(dict.fromkeys(r["part"] for r in parts))
+        found.append(
+            f"{where}: the sub-module part maps ({names}) fitted on {parts[0]['training_rows']} "
+            "training rows, fewer than their input width: their r² is dominated by overfitting "
+            "(parts_r2.csv, underdetermined)"
+        )
     return found
 
 

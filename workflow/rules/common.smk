@@ -10,21 +10,38 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
-from jtc.config import ConfigError
+from jtc.config import ConfigError, command_line_config
+from jtc.fingerprint import corpus_fingerprint, model_fingerprint
 from jtc.gpus import local_gpu
 from jtc.io import CorruptFileError, read_json
 from jtc.keep import Keeper, drop_stale
-from jtc.locks import clear_stale_locks
+from jtc.locks import clear_stale_locks, held_lock_message
 from jtc.methods import METHODS as METHOD_SPECS, applicable
 from jtc.parts import VARIANTS, jump_layers
 from jtc.planning import checked_config, gpu_problem, resolved_problem
 from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 from jtc.stages.report import headline_sources
+from jtc.stamps import (
+    PlannedJob,
+    damaged_outputs,
+    leftovers,
+    listing,
+    replaced_outputs,
+    stale_outputs,
+)
 from jtc.summary import run_summary
 from jtc.tracking import code_hash as _code_hash
+from jtc.watchdog import mark_run
 
 try:
-    _checked = checked_config(config, workflow.configfiles)
+    # --config key=value alone sets keys of config/config.yaml (jtc.config.command_line_config)
+    _in_force = command_line_config(
+        config,
+        DEFAULT_CONFIG,
+        workflow.config_settings.overwrite_config,
+        bool(workflow.overwrite_configfiles),
+    )
+    _checked = checked_config(_in_force, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
@@ -39,6 +56,11 @@ if workflow.is_main_process:
             f"jtc: removed a stale lock left by an interrupted run: {_lock}",
             file=sys.stderr,
         )
+    # locks kept because processes still work here (a run, or jobs of a killed one): name them
+    # and how to stop them, before Snakemake's own advice to --unlock (unsafe while they run)
+    _held = held_lock_message()
+    if _held:
+        print(_held, file=sys.stderr)
 
 # A failed job costs nothing already computed (jtc.keep): every output under results/ gets a
 # hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
@@ -66,12 +88,65 @@ def _restore_kept():
         )
 
 
+CHECKPOINTS = ["resolve_model"]  # jobs after these are planned only once they have run
+
+
+def _planned_jobs():
+    """The run's jobs as jtc.stamps sees them (Snakemake's DAG, known once the run starts)."""
+    dag = workflow.dag
+    return [
+        PlannedJob(
+            job.rule.name,
+            dict(job.wildcards_dict),
+            dict(job.params.items()),
+            [str(f) for f in job.output],
+            dag.needrun(job),
+        )
+        for job in dag.jobs
+        if job.rule.name != "all"
+    ]
+
+
+def _check_experiment():
+    """Before any job starts: refuse outputs that the run would read as they are but that were
+    made with other settings (or are other outputs); say which outputs it replaces because
+    the config changed, and which outputs of another config lie beside it."""
+    jobs = _planned_jobs()
+    stale = stale_outputs(jobs)
+    if stale:
+        raise WorkflowError(
+            f"{len(stale)} outputs under {paths.RESULTS}/ are not what this run would use:\n"
+            + "\n".join(stale)
+        )
+    replaced = replaced_outputs(jobs)
+    if replaced:
+        print(
+            f"jtc: this run replaces {len(replaced)} outputs made with other settings than "
+            f"this config's (and remakes what depends on them): {listing(replaced)}",
+            file=sys.stderr,
+        )
+    running = {j.rule for j in jobs if j.runs}
+    if running.isdisjoint(CHECKPOINTS):
+        # (before a model is cached, the jobs that follow it are not planned yet)
+        others = leftovers(paths.RESULTS, [o for job in jobs for o in job.outputs])
+        if others:
+            print(
+                f"jtc: {len(others)} outputs under {paths.RESULTS}/ are not part of this "
+                f"experiment (left by a run with another config; nothing of this run reads "
+                f"them, no table or figure combines them): {listing(others)}",
+                file=sys.stderr,
+            )
+
+
 onstart:
+    if workflow.local_exec:
+        mark_run()  # the jobs end themselves if this process is killed (jtc.watchdog)
     # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
     # refused before any job runs; a cluster's jobs run elsewhere and check it there
     _problem = gpu_problem(config["models"], _local_gpu)
     if _problem:
         raise WorkflowError(f"invalid configuration for this machine: {_problem}")
+    _check_experiment()
     drop_stale(KEEPER.folder.parent, KEEPER.folder)
     atexit.register(_restore_kept)
     if KEEPER.save() is None:
@@ -255,29 +330,59 @@ def map_file(model, corpus, method):
     return paths.MAP.format(model=model, corpus=corpus, method=method)
 
 
+def _outputs_of(rule, **wildcards):
+    """Every output file of a rule's job, for these wildcards."""
+    return expand(list(getattr(rules, rule).output), **wildcards)
+
+
 def get_final_output():
-    targets = []
+    """Everything the experiment makes, intermediates included (the cached models, sentence
+    tables, states, maps, per-position scores): an output deleted by hand is made again by the
+    next run, with what depends on it, even where what follows it is up to date."""
+    targets = _outputs_of("headline_table")
+    targets += [paths.MODEL.format(model=m) for m in MODELS]
+    targets += [paths.CORPUS.format(corpus=c) for c in CORPORA]
     for model in MODELS:
         for corpus in CORPORA:
             done = dict(model=model, corpus=corpus)
-            # the hidden states are a product of their own (and listing them lets a dry run
-            # show every stage before the resolve_model checkpoint has run)
-            targets += expand(paths.HIDDEN, **done, split=["train", "validation"])
-            names = ["r2.parquet", "parameters.parquet"]
-            figures = ["r2.png", "r2.pdf"]
+            targets += _outputs_of(
+                "extract_hidden", **done, split=["train", "validation"]
+            )
+            names = ["r2_table", "plot_r2", "parameter_table"]
+            if STATE_METHODS:
+                names.append("fit_map")
+            for method in HEAD_METHODS:
+                if method in methods_for(model):
+                    targets += _outputs_of("train_map", **done, method=method)
             if model in PREDICTING:
-                names += [
-                    "prediction.parquet",
-                    "examples.md",
-                    "early_exit_savings.parquet",
-                ]
-                figures += ["prediction.png", "early_exit.png"]
+                names += ["decode_predictions", "prediction_table", "plot_prediction"]
+                names += ["prediction_examples", "early_exit", "plot_early_exit"]
+                if config["early_exit"]["shortlist_rank"]:
+                    names.append("fit_shortlist")
             if model in SUBMODULES["models"] and corpus in SUBMODULE_CORPORA:
-                names += ["parts_r2.parquet", "submodules.parquet"]
-                figures += ["parts_r2.png", "submodules.png"]
-            targets += [paths.metric(n).format(**done) for n in names]
-            targets += [paths.figure(f).format(**done) for f in figures]
-    return targets + [paths.HEADLINE, paths.LANDING]
+                targets += _outputs_of(
+                    "record_parts", **done, split=["train", "validation"]
+                )
+                names += ["fit_parts", "part_r2_table", "plot_part_r2", "replace_parts"]
+                names += ["submodule_table", "plot_submodules"]
+            for name in names:
+                targets += _outputs_of(name, **done)
+    return targets
+
+
+def checked_targets():
+    """get_final_output, each existing output checked first to be the one it is (not a file
+    copied over it, damaged or edited since its job wrote it), so that a run, even one with
+    nothing else to do, names it and the command that rebuilds it."""
+    targets = get_final_output()
+    if workflow.is_main_process:
+        problems = damaged_outputs(targets)
+        if problems:
+            raise WorkflowError(
+                f"{len(problems)} outputs under {paths.RESULTS}/ are not what they should be:\n"
+                + "\n".join(problems)
+            )
+    return targets
 
 
 def headline_pairs():
@@ -312,6 +417,18 @@ def hidden(wildcards, split):
     return paths.HIDDEN.format(
         model=wildcards.model, corpus=wildcards.corpus, split=split
     )
+
+
+def corpus_content(wildcards):
+    """The content fingerprint of a corpus's text file or downloaded archive (None for
+    the packaged corpora): a file replaced with an older time stamp reruns the job."""
+    return corpus_fingerprint(wildcards.corpus, config["corpora"][wildcards.corpus])
+
+
+def model_content(wildcards):
+    """The content fingerprint of a local or packaged model folder or GGUF file (None for a
+    hub id): weights replaced with an older time stamp still rerun resolve_model."""
+    return model_fingerprint(config["models"][wildcards.model])
 
 
 def corpus_inputs(wildcards):

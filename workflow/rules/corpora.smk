@@ -29,5 +29,6 @@ rule prepare_corpus:
         seed=config["seed"],
         validation_fraction=config["validation_fraction"],
         code=code_hash("prepare_corpus"),
+        content=corpus_content,
     script:
         "../scripts/prepare_corpus.py"

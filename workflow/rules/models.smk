@@ -13,5 +13,6 @@ checkpoint resolve_model:
     params:
         spec=cached_spec,
         code=code_hash("resolve_model"),
+        content=model_content,
     script:
         "../scripts/resolve_model.py"

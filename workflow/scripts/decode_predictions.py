@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.prediction import decode_predictions
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     decode_predictions(
         snakemake.input.model,
         snakemake.input.validation,

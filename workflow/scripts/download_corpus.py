@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.corpora import download_corpus
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     download_corpus(
         snakemake.params.url,
         snakemake.params.sha256,

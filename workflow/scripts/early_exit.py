@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.early_exit import early_exit
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     early_exit(
         {m: snakemake.input[m] for m in p.methods},
         snakemake.input.validation,

@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.hidden import extract_hidden
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     extract_hidden(
         snakemake.input.model,
         snakemake.input.sentences,

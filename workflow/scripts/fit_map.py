@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.fit import fit_map
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     fit_map(
         snakemake.input.train,
         dict(zip(p.settings, snakemake.output, strict=True)),

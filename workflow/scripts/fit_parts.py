@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.submodules import fit_parts
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     fit_parts(
         snakemake.input[0],
         snakemake.output[0],

@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.prediction import fit_shortlist
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     fit_shortlist(
         snakemake.input.model,
         snakemake.input.train,

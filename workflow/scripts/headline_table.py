@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.report import headline_table
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     headline_table(
         snakemake.params.pairs,
         snakemake.params.template,

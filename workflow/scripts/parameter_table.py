@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.metrics import parameter_table
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     parameter_table(
         snakemake.input.model,
         {k: v for k, v in snakemake.input.items() if k != "model"},

@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.submodules import part_r2_table
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     part_r2_table(
         snakemake.input.validation,
         snakemake.input.maps,

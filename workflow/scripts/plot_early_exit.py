@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.early_exit import plot_early_exit
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     plot_early_exit(
         snakemake.input.sweep,
         snakemake.input.savings,

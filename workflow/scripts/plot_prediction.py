@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.prediction import plot_prediction
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     plot_prediction(
         snakemake.input[0],
         snakemake.output.png,

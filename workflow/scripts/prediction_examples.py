@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.prediction import prediction_examples
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     prediction_examples(
         snakemake.input.model,
         snakemake.input.validation,

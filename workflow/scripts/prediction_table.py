@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.prediction import prediction_table
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     prediction_table(
         dict(zip(p.methods, snakemake.input, strict=True)),
         snakemake.output.table,

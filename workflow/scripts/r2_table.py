@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.metrics import r2_table
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     r2_table(
         snakemake.input.validation,
         {m: snakemake.input.get(m) for m in snakemake.params.methods},

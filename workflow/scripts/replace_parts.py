@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.submodules import replace_parts
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     replace_parts(
         snakemake.input.model,
         snakemake.input.sentences,

@@ -1,5 +1,5 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.models import resolve_model
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     resolve_model(snakemake.wildcards.model, dict(snakemake.params.spec), snakemake.output[0])

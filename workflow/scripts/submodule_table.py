@@ -1,8 +1,8 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.submodules import submodule_table
 
 p = snakemake.params
-with job_log(snakemake.log[0]):
+with job(snakemake):
     submodule_table(
         snakemake.input.replaced,
         {m: snakemake.input[m] for m in ("id", "mat") if m in snakemake.input.keys()},

@@ -1,7 +1,7 @@
-from jtc.logs import job_log
+from jtc.jobs import job
 from jtc.stages.fit import train_map
 
-with job_log(snakemake.log[0]):
+with job(snakemake):
     p = snakemake.params
     train_map(
         snakemake.input.train,

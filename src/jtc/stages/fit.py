@@ -19,6 +19,27 @@ def _all_layers(train_dir: str) -> tuple[list, int]:
     return [first, *rest], last
 
 
+def _metadata(states: list, model: str, corpus: str, method: str) -> dict:
+    """A method's map file metadata: what was fitted, on how many sentences (`n_train`) and on
+    how many training rows (`training_rows`, read by jtc.underdetermined: the sentences, or for
+    a map trained on the pooled pairs of every layer, sentences × layers). Warns (logger "jtc")
+    when the rows are fewer than the width of the states, the inputs of one output coordinate."""
+    from ..methods import METHODS
+    from ..underdetermined import TRAINING_ROWS, warn_if_underdetermined
+
+    sentences, width = states[0].shape
+    pooled = len(states) - 1 if METHODS[method].one_map == "pooled" else 1
+    rows = sentences * pooled
+    warn_if_underdetermined(model, corpus, method, rows, width)
+    return {
+        "method": method,
+        "model": model,
+        "corpus": corpus,
+        "n_train": sentences,
+        TRAINING_ROWS: rows,
+    }
+
+
 def fit_map(
     train_dir: str,
     outs: dict[str, str],
@@ -39,7 +60,7 @@ def fit_map(
     states, last = _all_layers(train_dir)
     ready()
     for method, out in outs.items():
-        meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+        meta = _metadata(states, model, corpus, method)
         if METHODS[method].trained:
             _trained(states, last, out, meta, settings[method], seed, threads)
         else:
@@ -168,7 +189,7 @@ def train_map(
     states, last = _all_layers(train_dir)
     head = load_decoder_head(model_dir, model, threads)
     ready()
-    meta = {"method": method, "model": model, "corpus": corpus, "n_train": len(states[0])}
+    meta = _metadata(states, model, corpus, method)
     _trained(states, last, out, meta, settings, seed, threads, head)
 
 

@@ -44,7 +44,8 @@ def parameter_table(
     model_dir: str, map_files: dict[str, str], out: str, *, model: str, corpus: str
 ) -> None:
     """Parameters of one map (layer 0 into the last layer) per method (`map_files`: each
-    method's map file), beside mat's d²."""
+    method's map file), beside mat's d²; with the rows each method was fitted on (its map
+    file's metadata) and whether they are fewer than the width (`underdetermined`, warned)."""
     from ..io import read_json, write_table
     from ..logs import ready
     from ..maps import parameter_table as parameters
@@ -58,4 +59,29 @@ def parameter_table(
         model=model,
         corpus=corpus,
     )
-    write_table(table, out, csv=True)
+    write_table(with_training_rows(table, map_files, model=model, corpus=corpus), out, csv=True)
+
+
+def with_training_rows(table, map_files: dict[str, str], *, model: str, corpus: str):
+    """The parameter table with two more columns: `training_rows` (the rows each method's maps
+    were fitted on, from its map file; null for id, which fits nothing) and `underdetermined`
+    (fewer rows than `hidden_size`, the width of the states a map reads; false for id, null
+    where a map file records no rows). Logs a warning (logger "jtc") for every underdetermined
+    method."""
+    import pyarrow as pa
+
+    from ..maps import read_metadata
+    from ..underdetermined import training_rows, underdetermined, warn_if_underdetermined
+
+    rows = {method: training_rows(read_metadata(path)) for method, path in map_files.items()}
+    counts, flags = [], []
+    for method, width in zip(
+        table.column("method").to_pylist(), table.column("hidden_size").to_pylist(), strict=True
+    ):
+        n = rows.get(method)
+        counts.append(n)
+        flags.append(underdetermined(n, width) if method in rows else False)
+        if n is not None:
+            warn_if_underdetermined(model, corpus, method, n, width)
+    table = table.append_column("training_rows", pa.array(counts, pa.int64()))
+    return table.append_column("underdetermined", pa.array(flags, pa.bool_()))

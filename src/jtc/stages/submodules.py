@@ -47,18 +47,35 @@ def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int
     from ..logs import ready
     from ..maps import PartMapWriter
     from ..parts import fit_parts as fit
+    from ..underdetermined import TRAINING_ROWS
 
     info = read_json(f"{train_dir}/info.json")
     device = linalg_device()
     ready()
-    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": info["sentences"]}
+    rows = info["sentences"]  # one row (position) per sentence, in every part's files
+    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": rows, TRAINING_ROWS: rows}
     solvers = {}
+    widths: dict[str, int] = {}  # part -> its input width (the widest over the blocks)
     with PartMapWriter(out, meta) as maps, threadpool_limits(threads):
         for block in range(1, info["num_layers"] + 1):
             weights, block_solvers = fit(train_dir, [block], device)
             maps.add(block, {part: weight for (_, part), weight in weights.items()})
             solvers.update(block_solvers)
+            for (_, part), weight in weights.items():
+                widths[part] = max(widths.get(part, 0), weight.shape[1])
         maps.metadata["solvers"] = solvers
+    _warn_underdetermined_parts(model, corpus, rows, widths)
+
+
+def _warn_underdetermined_parts(model: str, corpus: str, rows: int, widths: dict[str, int]) -> None:
+    """One warning (logger "jtc") for the parts whose maps were fitted on fewer rows than the
+    part's input width."""
+    from ..underdetermined import warn_if_underdetermined
+
+    flagged = sorted({w for w in widths.values() if rows < w})
+    for width in flagged:
+        parts = ", ".join(p for p, w in widths.items() if w == width)
+        warn_if_underdetermined(model, corpus, f"sub-module part maps ({parts})", rows, width)
 
 
 def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
@@ -71,8 +88,35 @@ def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str)
     from ..parts import part_r2_table as r2
 
     ready()
-    table = r2(val_dir, load_part_maps(maps), model=model, corpus=corpus, device=linalg_device())
-    write_table(table, out, csv=True)
+    part_maps = load_part_maps(maps)
+    table = r2(val_dir, part_maps, model=model, corpus=corpus, device=linalg_device())
+    write_table(with_part_training_rows(table, maps, part_maps), out, csv=True)
+
+
+def with_part_training_rows(table, path: str, part_maps: dict):
+    """The part r² table with `training_rows` (the rows the part maps were fitted on, from
+    their file `path`; null if it records none) and `underdetermined` (fewer rows than the
+    part's input width, the width of its map). Logs a warning (logger "jtc") per width of the
+    underdetermined parts."""
+    import pyarrow as pa
+    from safetensors import safe_open
+
+    from ..underdetermined import training_rows, underdetermined
+
+    with safe_open(str(path), framework="numpy") as handle:  # the header only, no tensors
+        rows = training_rows(handle.metadata() or {})  # numbers stored as their JSON text
+    parts = table.column("part").to_pylist()
+    blocks = table.column("block").to_pylist()
+    widths = [part_maps[(b, p)].width for b, p in zip(blocks, parts, strict=True)]
+    if rows is not None and table.num_rows:
+        widest: dict[str, int] = {}
+        for part, width in zip(parts, widths, strict=True):
+            widest[part] = max(widest.get(part, 0), width)
+        model, corpus = table.column("model")[0].as_py(), table.column("corpus")[0].as_py()
+        _warn_underdetermined_parts(model, corpus, rows, widest)
+    table = table.append_column("training_rows", pa.array([rows] * table.num_rows, pa.int64()))
+    flags = [underdetermined(rows, width) for width in widths]
+    return table.append_column("underdetermined", pa.array(flags, pa.bool_()))
 
 
 def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
