@@ -88,9 +88,6 @@ def _restore_kept():
         )
 
 
-CHECKPOINTS = ["resolve_model"]  # jobs after these are planned only once they have run
-
-
 def _planned_jobs():
     """The run's jobs as jtc.stamps sees them (Snakemake's DAG, known once the run starts)."""
     dag = workflow.dag
@@ -110,7 +107,7 @@ def _planned_jobs():
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
     made with other settings (or are other outputs); say which outputs it replaces because
-    the config changed, and which outputs of another config lie beside it."""
+    the config changed."""
     jobs = _planned_jobs()
     stale = stale_outputs(jobs)
     if stale:
@@ -125,17 +122,6 @@ def _check_experiment():
             f"this config's (and remakes what depends on them): {listing(replaced)}",
             file=sys.stderr,
         )
-    running = {j.rule for j in jobs if j.runs}
-    if running.isdisjoint(CHECKPOINTS):
-        # (before a model is cached, the jobs that follow it are not planned yet)
-        others = leftovers(paths.RESULTS, [o for job in jobs for o in job.outputs])
-        if others:
-            print(
-                f"jtc: {len(others)} outputs under {paths.RESULTS}/ are not part of this "
-                f"experiment (left by a run with another config; nothing of this run reads "
-                f"them, no table or figure combines them): {listing(others)}",
-                file=sys.stderr,
-            )
 
 
 onstart:
@@ -373,7 +359,8 @@ def get_final_output():
 def checked_targets():
     """get_final_output, each existing output checked first to be the one it is (not a file
     copied over it, damaged or edited since its job wrote it), so that a run, even one with
-    nothing else to do, names it and the command that rebuilds it."""
+    nothing else to do, names it and the command that rebuilds it; and the outputs of another
+    config lying beside them named."""
     targets = get_final_output()
     if workflow.is_main_process:
         problems = damaged_outputs(targets)
@@ -381,6 +368,14 @@ def checked_targets():
             raise WorkflowError(
                 f"{len(problems)} outputs under {paths.RESULTS}/ are not what they should be:\n"
                 + "\n".join(problems)
+            )
+        others = leftovers(paths.RESULTS, targets)
+        if others:
+            print(
+                f"jtc: {len(others)} outputs under {paths.RESULTS}/ are not part of this "
+                f"experiment (left by a run with another config; nothing of this run reads "
+                f"them, no table or figure combines them): {listing(others)}",
+                file=sys.stderr,
             )
     return targets
 
