@@ -83,9 +83,14 @@ def test_a_states_file_moved_between_folders_is_refused_naming_the_folder(in_job
             states = np.random.default_rng(seed).normal(size=(5, 4))
             writer.write(np.arange(5), np.zeros(5, np.int32), states)
             writer.close()
+            (tmp / "info.json").write_text('{"num_layers": 0}')
     stamps.end()
     assert stamps.read_stamp(train)["path"] == "hidden/m/c/train"  # the folder's stamp.json
     read_site(f"{valid}/layer_000.parquet")
+    # its JSON files are in its stamp: an edited info.json is found while planning
+    Path(f"{train}/info.json").write_text("{}")
+    (problem,) = damaged_outputs([train, valid])
+    assert f"{train}/info.json is not the file its job wrote" in problem
     shutil.copy(f"{train}/layer_000.parquet", f"{valid}/layer_000.parquet")
     with pytest.raises(CorruptFileError, match=f"rm -r {valid}"):
         read_site(f"{valid}/layer_000.parquet")

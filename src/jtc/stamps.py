@@ -82,6 +82,14 @@ def results_name(path: str | Path) -> str | None:
     return None
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 # --- the stamps of the running job's outputs ---------------------------------------------------
 
 _job: dict[str, Any] = {}  # rule, wildcards, settings of the running job
@@ -139,10 +147,13 @@ def stamp_for(path: str | Path) -> str | None:
 
 
 def write_folder_stamp(tmp: Path, final: Path) -> None:
-    """Stamp a folder output about to be put in place (io.atomic_dir)."""
+    """Stamp a folder output about to be put in place (io.atomic_dir), with the sha256 of each
+    of its JSON files (its Parquet files carry their own stamps and digests)."""
     text = stamp_for(final)
     if text is not None:
-        (Path(tmp) / FOLDER_STAMP).write_text(text + "\n")
+        files = {p.name: _sha256(p) for p in sorted(Path(tmp).glob("*.json"))}
+        stamp = {**json.loads(text), "files": files}
+        (Path(tmp) / FOLDER_STAMP).write_text(json.dumps(stamp, sort_keys=True) + "\n")
 
 
 # --- reading and checking stamps -------------------------------------------------------------
@@ -238,14 +249,6 @@ def _record_of(path: Path) -> Path | None:
     return root / RECORDS / f"{name}.json"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def record_outputs(paths: list[str]) -> None:
     """After a job: record the stamp and whole-file sha256 of each of its outputs that has no
     room for a stamp inside."""
@@ -273,6 +276,20 @@ def _recorded_stamp(path: Path) -> dict[str, Any] | None:
     return stamp
 
 
+def _folder_stamp(folder: Path) -> dict[str, Any] | None:
+    file = folder / FOLDER_STAMP
+    if not file.is_file():
+        return None
+    stamp = parse(file.read_text())
+    for name, digest in (stamp or {}).get("files", {}).items():
+        if not (folder / name).is_file() or _sha256(folder / name) != digest:
+            raise StampError(
+                f"{folder / name} is not the file its job wrote (damaged, edited or missing: "
+                f"its sha256 differs from the one in {file}); {rebuild_hint(folder)}"
+            )
+    return stamp
+
+
 def read_stamp(path: str | Path) -> dict[str, Any] | None:
     """The stamp of an output (inside a Parquet or safetensors file, a folder's stamp.json, or
     for any other file its record, checked against the file's sha256); None when it has none.
@@ -280,8 +297,7 @@ def read_stamp(path: str | Path) -> dict[str, Any] | None:
     path = Path(path)
     try:
         if path.is_dir():
-            file = path / FOLDER_STAMP
-            return parse(file.read_text()) if file.is_file() else None
+            return _folder_stamp(path)
         if path.suffix == ".parquet":
             return _parquet_stamp(path)
         if path.suffix == ".safetensors":
