@@ -42,24 +42,12 @@ def values(folder, model, table):
     return pq.read_table(folder / f"results/metrics/{model}/mini/{table}.parquet").to_pydict()
 
 
-def test_every_kind_of_output_deleted_is_made_again_by_the_same_command(tiny_run, tmp_path):
-    work = copy_run(tiny_run, tmp_path / "work")
-    for name in DELETED:
-        path = work / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    run_snakemake(work, "all")
-    for name in DELETED:
-        assert (work / name).exists(), f"{name} was not made again"
-    for model in ("gpt", "bert"):
-        for table in TABLES:
-            assert values(work, model, table) == values(tiny_run, model, table), (model, table)
-    assert rules_run(run_snakemake(work, "all", "-n")) == {}
-
-
-def test_a_file_copied_over_another_output_or_edited_is_refused_and_deleting_it_recovers(
+def test_outputs_copied_over_others_or_edited_are_refused_and_every_kind_deleted_is_made_again(
     tiny_run, tmp_path
 ):
-    """Found while the run plans, even when nothing else is to be done."""
+    """Found while the run plans, even when nothing else is to be done; the commands the
+    messages give, and deleting one output of every kind, then one rerun: all made again, with
+    the same tables."""
     work = copy_run(tiny_run, tmp_path / "work")
     maps = work / "results/maps/gpt/mini"
     shutil.copy(maps / "mat.safetensors", maps / "shortlist.safetensors")
@@ -74,12 +62,17 @@ def test_a_file_copied_over_another_output_or_edited_is_refused_and_deleting_it_
     assert "rm results/maps/gpt/mini/shortlist.safetensors" in out
     assert "results/metrics/bert/mini/r2.csv is not the file its job wrote" in out
     assert snapshot(work) == before  # refused before any job: nothing touched
-    # the commands the messages give
-    (maps / "shortlist.safetensors").unlink()
-    csv.unlink()
+    for name in [*DELETED, "results/metrics/bert/mini/r2.csv"]:
+        path = work / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     run_snakemake(work, "all")
-    assert values(work, "gpt", "prediction") == values(tiny_run, "gpt", "prediction")
+    for name in DELETED:
+        assert (work / name).exists(), f"{name} was not made again"
     assert csv.read_bytes() == (tiny_run / "results/metrics/bert/mini/r2.csv").read_bytes()
+    for model in ("gpt", "bert"):
+        for table in TABLES:
+            assert values(work, model, table) == values(tiny_run, model, table), (model, table)
+    assert rules_run(run_snakemake(work, "all", "-n")) == {}
 
 
 def test_an_output_of_a_run_with_other_settings_is_refused(tiny_run, tmp_path):
