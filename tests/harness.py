@@ -69,6 +69,31 @@ def run_snakemake(
     return proc
 
 
+def run_snakemake_all(runs: dict, workers: int = 2) -> dict:
+    """Several runs of run_snakemake, `workers` at a time: {key: (workdir, [args], {options})}
+    -> {key: its CompletedProcess}. For runs that only plan (a bad config refused while
+    planning): each is one busy process, so two cores plan two configs in the time of one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            key: pool.submit(run_snakemake, workdir, *args, **options)
+            for key, (workdir, args, options) in runs.items()
+        }
+        return {key: future.result() for key, future in futures.items()}
+
+
+def selected(request, test: str, param: str) -> list:
+    """The values of the parameter `param` of the test function `test` in the tests this
+    session runs (after -k and the markers): what a fixture that prepares its cases at once
+    needs to prepare."""
+    return [
+        item.callspec.params[param]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == test and hasattr(item, "callspec")
+    ]
+
+
 def start_snakemake(
     workdir, *args, snakefile=None, env=None, configfile=None, cores=2, **popen
 ) -> subprocess.Popen:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from damage import flip_data_page_byte
 from test_corpus import make_tar
 from tiny import make_model, save_model
 
@@ -39,14 +40,11 @@ def states_dir(folder, layers=3, n=300, width=8):
 def test_damaged_state_file_is_named_and_nothing_is_built(tmp_path, damage):
     train = states_dir(tmp_path / "train")
     path = layer_file(train, 1)
-    raw = bytearray(path.read_bytes())
-    if damage == "truncated":
-        raw = raw[: len(raw) // 2]
-    elif damage == "bit_flip":
-        raw[len(raw) // 3] ^= 0x04  # inside the data pages
+    if damage == "bit_flip":
+        flip_data_page_byte(path, "state")  # inside the state column's first data page
     else:
-        raw = bytearray()
-    path.write_bytes(bytes(raw))
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else b"")
     with pytest.raises(CorruptFileError, match=re.escape(str(path))):
         read_states(train, 1)
     out = tmp_path / "maps" / "mat.safetensors"
@@ -256,10 +254,7 @@ def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_ru
     work = copy_run(tiny_run, tmp_path / "work")
     folder = work / "results/hidden/gpt/mini/validation"
     path = layer_file(folder, 1)
-    state = pq.ParquetFile(path).metadata.row_group(0).column(2)  # the state column's pages
-    raw = bytearray(path.read_bytes())
-    raw[state.data_page_offset + state.total_compressed_size // 2] ^= 0x04
-    path.write_bytes(bytes(raw))
+    flip_data_page_byte(path, "state")  # inside the state column's first data page
     table = "results/metrics/gpt/mini/r2.parquet"  # a reader of the damaged folder
     failed = run_snakemake(work, table, "--forcerun", "r2_table", check=False)
     assert failed.returncode != 0
@@ -272,22 +267,51 @@ def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_ru
 
 @pytest.mark.workflow
 def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_path):
-    """A cached model damaged after a finished run: the first job that loads it fails naming
-    the folder to delete (the outputs it had are put back); deleting it and rerunning caches
-    the model again and rebuilds the same tables."""
+    """A cached model damaged after a finished run, named with the folder to delete: an edited
+    JSON file of it (its sha256 is in the folder's stamp) while the run plans, nothing changed;
+    damaged weights by the first job that loads them (the outputs it had are put back).
+    Deleting the folder and rerunning caches the model again and rebuilds the same tables."""
     import pyarrow.parquet as pq
     from harness import copy_run, run_snakemake, snapshot
 
     work = copy_run(tiny_run, tmp_path / "work")
     folder = work / "results/models/gpt"
-    (folder / "tokenizer.json").write_bytes(b"{}")
-    before = snapshot(work)
+    named = f"delete the folder {folder.relative_to(work)} and rerun"
     table = "results/metrics/gpt/mini/prediction.parquet"
+    tokenizer = folder / "tokenizer.json"
+    intact = tokenizer.read_bytes()
+    tokenizer.write_bytes(b"{}")
+    before = snapshot(work)
+    refused = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-2000:]
+    assert not (work / "logs/decode_predictions").exists()  # no job started
+    assert snapshot(work) == before
+    tokenizer.write_bytes(intact)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    before = snapshot(work)
     failed = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
     assert failed.returncode != 0
     logs = "".join(p.read_text() for p in (work / "logs/decode_predictions").rglob("*.log"))
-    assert f"delete the folder {folder.relative_to(work)} and rerun the workflow" in logs
+    assert named in logs
     assert snapshot(work) == before  # the predictions the failed jobs had deleted are back
     shutil.rmtree(folder)
     run_snakemake(work, table)
     assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))
+
+
+def test_the_damage_helper_flips_one_byte_inside_a_data_page(tmp_path):
+    """tests/damage.py: the pages it reads fill the chunk exactly (a dictionary page first, as
+    in the workflow's states files), and the one byte it changes is in a data page's payload."""
+    from damage import column_chunk
+
+    path = layer_file(states_dir(tmp_path / "train", layers=2, n=16, width=16), 1)
+    chunk = column_chunk(path, "state")
+    assert [p.kind for p in chunk.pages][:2] == ["dictionary", "data"]
+    before = path.read_bytes()
+    offset = flip_data_page_byte(path, "state")
+    after = path.read_bytes()
+    assert len(after) == len(before)
+    assert [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b] == [offset]
+    data = chunk.pages[1]
+    assert chunk.start < data.header < data.start <= offset < data.end <= chunk.end

@@ -24,6 +24,8 @@ from harness import (
     read_config,
     rules_run,
     run_snakemake,
+    run_snakemake_all,
+    selected,
     snapshot,
     write_config,
 )
@@ -52,6 +54,15 @@ def rerun_changed(finished, workdir, **changes):
     config = {**read_config(finished), **changes}
     copy_run(finished, workdir, config)
     return rules_run(run_snakemake(workdir, "all"))
+
+
+def plan_changed(finished, workdir, **changes):
+    """As rerun_changed, but a dry run: the rules a rerun would run (the same jobs: a run runs
+    the jobs it plans, and no resolve_model checkpoint is pending in a finished run), without
+    running them. For the tests that check which jobs rerun and nothing the jobs write."""
+    config = {**read_config(finished), **changes}
+    copy_run(finished, workdir, config)
+    return rules_run(run_snakemake(workdir, "all", "-n"))
 
 
 def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_run):
@@ -135,7 +146,7 @@ def test_validation_size_reruns_only_what_reads_the_validation_split(tiny_run, t
 
 
 def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_path):
-    ran = rerun_changed(tiny_run, tmp_path, sizes={"train": 40, "validation": 16})
+    ran = plan_changed(tiny_run, tmp_path, sizes={"train": 40, "validation": 16})
     # training states, fits, and everything after them (the validation states stay)
     assert ran == {
         "extract_hidden": 2,
@@ -156,19 +167,20 @@ def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_p
 
 
 def test_a_summary_setting_reruns_only_the_summary_and_its_figure(tiny_run, tmp_path):
-    ran = rerun_changed(tiny_run, tmp_path, prediction={"bootstrap": 200})
+    ran = plan_changed(tiny_run, tmp_path, prediction={"bootstrap": 200})
     assert ran == {"prediction_table": 2, "plot_prediction": 2, "headline_table": 1, "all": 1}
 
 
 def test_an_early_exit_setting_reruns_only_the_sweep_and_its_figure(tiny_run, tmp_path):
     # (the confidences are not recomputed)
-    ran = rerun_changed(tiny_run, tmp_path, early_exit={"tau": 2.0})
+    ran = plan_changed(tiny_run, tmp_path, early_exit={"tau": 2.0})
     assert ran == {"early_exit": 2, "plot_early_exit": 2, "headline_table": 1, "all": 1}
 
 
 def test_the_shortlist_settings_rerun_the_decoding_and_what_reads_it(tiny_run, tmp_path):
+    # each setting alone, planned against the finished run (turning the shortlist off is run)
     # candidates: the checks decoding computes; the fitted factorisation stays
-    ran = rerun_changed(tiny_run, tmp_path, early_exit={"shortlist_candidates": 3})
+    ran = plan_changed(tiny_run, tmp_path, early_exit={"shortlist_candidates": 3})
     reads_scores = {
         "decode_predictions": 2,
         "prediction_table": 2,
@@ -180,7 +192,7 @@ def test_the_shortlist_settings_rerun_the_decoding_and_what_reads_it(tiny_run, t
     }
     assert ran == reads_scores
     config = read_config(tmp_path)
-    config["early_exit"]["shortlist_rank"] = 2  # the factorisation, then the same
+    config["early_exit"] = {"shortlist_rank": 2}  # the factorisation, then the same
     write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {"fit_shortlist": 2, **reads_scores}
     config["early_exit"]["shortlist_rank"] = 0  # off: no factorisation, no shortlist rows
@@ -193,18 +205,19 @@ def test_the_shortlist_settings_rerun_the_decoding_and_what_reads_it(tiny_run, t
 TRAINED = ["njtc", "nnjtc", "one_jump", "one_jump_selected", "tuned_lens"]
 
 
-def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_path):
+def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
     from safetensors.numpy import load_file
 
     from jtc.maps import load_map, read_metadata
 
-    link_inputs(tiny_project, tmp_path)
-    config = read_config(tiny_project)
+    # the finished tiny run, gpt only, the trained methods added: its model and states stay
+    config = read_config(tiny_run)
     config["models"] = {"gpt": config["models"]["gpt"]}
     config["methods"] = ["id", "mat", "rrr", *TRAINED]
     config["training"] = {m: {"max_epochs": 3, "batch_size": 8} for m in TRAINED}
-    write_config(tmp_path, config)
+    copy_run(tiny_run, tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
+    assert not {"resolve_model", "prepare_corpus", "extract_hidden"} & set(ran), ran
     # one fit_map job for every method fitted from the states, one train_map job for the tuned
     # lens; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto), the tuned lens
     # the pairs into the last
@@ -264,7 +277,7 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
     assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
     # one method's training setting: its fit_map job and what reads the maps, nothing else
-    # (not the tuned lens)
+    # (not the tuned lens); then nothing is left to do
     config["training"]["njtc"]["learning_rate"] = 0.02
     write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all")) == {
@@ -281,34 +294,37 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_project, tmp_pat
         "headline_table": 1,
         "all": 1,
     }
+    assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {}
+    # (the maps of these settings, for the same-seed check below; the header's key order is
+    # not fixed by safetensors: compare tensors and metadata)
+    nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc.safetensors"
+    first, first_meta = load_file(nnjtc), read_metadata(nnjtc)
 
-    # NJTC's pairs are rrr's too, unless training.rrr sets its own
+    # NJTC's pairs are rrr's too, unless training.rrr sets its own (read from the r² table:
+    # only the fits and the table are run)
+    r2_target = str((metrics / "r2.parquet").relative_to(tmp_path))
+
     def pairs_of(method):
         r2 = pq.read_table(metrics / "r2.parquet").to_pylist()
         return {(r["source_layer"], r["target_layer"]) for r in r2 if r["method"] == method}
 
     config["training"]["njtc"]["targets"] = "last"
     write_config(tmp_path, config)
-    ran = rules_run(run_snakemake(tmp_path, "all"))
-    assert ran["fit_map"] == 1 and "train_map" not in ran
+    ran = rules_run(run_snakemake(tmp_path, r2_target))
+    assert ran == {"fit_map": 1, "r2_table": 1}  # (not train_map)
     assert pairs_of("njtc") == pairs_of("rrr") == {(0, 2), (1, 2)}
     assert pairs_of("nnjtc") == {(0, 1), (0, 2), (1, 2)}
     config["training"]["rrr"] = {"targets": "auto"}  # its own: every pair, as before
     write_config(tmp_path, config)
-    run_snakemake(tmp_path, "all")
+    run_snakemake(tmp_path, r2_target)
     assert pairs_of("njtc") == {(0, 2), (1, 2)} and pairs_of("rrr") == {(0, 1), (0, 2), (1, 2)}
+
+    # back to the settings above: same seed, same maps, bit for bit
     config["training"]["njtc"].pop("targets")
     config["training"].pop("rrr")
     write_config(tmp_path, config)
-    run_snakemake(tmp_path, "all")
-    assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {}
-
-    # same seed, same maps, bit for bit
-    # (the header's key order is not fixed by safetensors: compare tensors and metadata)
-    nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc.safetensors"
-    first, first_meta = load_file(nnjtc), read_metadata(nnjtc)
-    nnjtc.unlink()
-    run_snakemake(tmp_path, str(nnjtc.relative_to(tmp_path)))
+    assert rules_run(run_snakemake(tmp_path, r2_target)) == {"fit_map": 1, "r2_table": 1}
+    assert pairs_of("njtc") == pairs_of("rrr") == {(0, 1), (0, 2), (1, 2)}
     again = load_file(nnjtc)
     assert sorted(again) == sorted(first) and read_metadata(nnjtc) == first_meta
     assert all(np.array_equal(again[k], first[k]) for k in first)
@@ -406,27 +422,39 @@ def test_bad_config_fails_before_any_job(tiny_project, tmp_path):
     assert not (bad / "results").exists()
 
 
-@pytest.mark.parametrize(
-    "change,message",
-    [
-        ({"sizes": {"train": 180, "validation": 40}}, "has at most 200 sentences, fewer than"),
-        ({"prediction": {"example_layers": [5]}}, "layers [5] are outside 0..1 for model"),
-        ({"early_exit": {"min_layer": 3}}, "'early_exit.min_layer': 3 is beyond the 2 layers"),
-        ({"methods": ["id", "lowrank"]}, "config key 'methods.1'"),
-        ({"training": {"tuned_lens": {"rank": 4}}}, "'rank' was unexpected"),
-        ({"models": {"x": {"source": "/nonexistent/model", "predict": 1}}}, "models.x.predict"),
-        ({"submodules": {"models": ["gpt2"]}}, "'submodules.models': ['gpt2'] not in 'models'"),
-        ({"submodules": {"models": ["gpt"], "jump_layers": [3]}}, "layers [3] are outside 0..2"),
-        ({"submodules": {"variants": ["mat_all"]}}, "config key 'submodules.variants.0'"),
-    ],
-)
-def test_bad_configs_fail_before_any_job(tiny_project, tmp_path, change, message):
-    config = read_config(tiny_project)
-    config.update(change)
-    write_config(tmp_path, config)
-    proc = run_snakemake(tmp_path, "all", check=False)
+BAD_CONFIGS = [
+    ({"sizes": {"train": 180, "validation": 40}}, "has at most 200 sentences, fewer than"),
+    ({"prediction": {"example_layers": [5]}}, "layers [5] are outside 0..1 for model"),
+    ({"early_exit": {"min_layer": 3}}, "'early_exit.min_layer': 3 is beyond the 2 layers"),
+    ({"methods": ["id", "lowrank"]}, "config key 'methods.1'"),
+    ({"training": {"tuned_lens": {"rank": 4}}}, "'rank' was unexpected"),
+    ({"models": {"x": {"source": "/nonexistent/model", "predict": 1}}}, "models.x.predict"),
+    ({"submodules": {"models": ["gpt2"]}}, "'submodules.models': ['gpt2'] not in 'models'"),
+    ({"submodules": {"models": ["gpt"], "jump_layers": [3]}}, "layers [3] are outside 0..2"),
+    ({"submodules": {"variants": ["mat_all"]}}, "config key 'submodules.variants.0'"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_config_runs(request, tiny_project, tmp_path_factory):
+    """The selected cases of test_bad_configs_fail_before_any_job, each config in its own
+    folder, planned two at a time: {message: (folder, the run)}."""
+    wanted = selected(request, "test_bad_configs_fail_before_any_job", "message")
+    runs = {}
+    for change, message in BAD_CONFIGS:
+        if message in wanted:
+            workdir = tmp_path_factory.mktemp("bad-config")
+            write_config(workdir, {**read_config(tiny_project), **change})
+            runs[message] = (workdir, ["all"], {"check": False})
+    done = run_snakemake_all(runs)
+    return {message: (runs[message][0], done[message]) for message in runs}
+
+
+@pytest.mark.parametrize("change,message", BAD_CONFIGS)
+def test_bad_configs_fail_before_any_job(bad_config_runs, change, message):
+    workdir, proc = bad_config_runs[message]  # (`change` written to its config)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
-    assert not (tmp_path / "results").exists()
+    assert not (workdir / "results").exists()
 
 
 def test_a_model_defined_twice_fails_before_any_job(tiny_project, tmp_path):
@@ -540,10 +568,21 @@ def test_config_on_the_command_line_still_overrides_the_configfile(tiny_run, tmp
 # --- the report and the Python API on the finished tiny run -----------------------------------
 
 
-def test_report_holds_every_figure_and_table(tiny_run, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_report(_tiny_run, tmp_path_factory):
+    """The shared tiny run's report (`snakemake --report`), made once for the tests that read
+    it; making it changes nothing under the run's results/."""
+    workdir, _ = _tiny_run
+    report = tmp_path_factory.mktemp("report") / "report.html"
+    before = snapshot(workdir)
+    run_snakemake(workdir, "--report", str(report))
+    assert snapshot(workdir) == before, "the report changed the shared tiny run"
+    return report
+
+
+def test_report_holds_every_figure_and_table(tiny_run, tiny_report):
     workdir = tiny_run
-    run_snakemake(workdir, "--report", str(tmp_path / "report.html"))
-    html = (tmp_path / "report.html").read_text()
+    html = tiny_report.read_text()
     figures = sorted((workdir / "results/figures").rglob("*.png"))
     tables = [
         workdir / f"results/metrics/{model}/mini/{name}"
@@ -608,7 +647,7 @@ def shown_page(browser, category, label):
     raise BrowserError(f"no page shown for {category}: {label}")
 
 
-def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tiny_run, tmp_path):
+def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tiny_run, request):
     """A person's view: the report opened in headless Chromium, every table clicked open."""
     from browser import Browser, find_chromium
 
@@ -616,8 +655,7 @@ def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tin
     if chromium is None:
         pytest.skip("no Chromium (bash tests/install_chromium.sh installs it)")
     workdir = tiny_run
-    report = tmp_path / "report.html"
-    run_snakemake(workdir, "--report", str(report))
+    report = request.getfixturevalue("tiny_report")  # (made only where Chromium is)
     headline = pq.read_table(workdir / "results/metrics/headline.parquet").to_pylist()
     assert {(r["model"], r["method"]) for r in headline} == {
         (m, method) for m in ("gpt", "bert") for method in ("id", "mat")
@@ -818,16 +856,31 @@ IMPOSSIBLE = {
 }
 
 
+@pytest.fixture(scope="module")
+def impossible_runs(request, _tiny_run, tmp_path_factory):
+    """The selected cases of test_an_impossible_setting_leaves_results_byte_identical, each in
+    its own copy of the finished tiny run, run two at a time: {case: (copy, its results' files
+    and their contents before the run, the run)}."""
+    finished, _ = _tiny_run
+    runs, before = {}, {}
+    test = "test_an_impossible_setting_leaves_results_byte_identical"
+    for case in selected(request, test, "case"):
+        change, _ = IMPOSSIBLE[case]
+        workdir = copy_run(finished, tmp_path_factory.mktemp("impossible") / "work")
+        files = snapshot(workdir)
+        before[case] = (files, {p: (workdir / p).read_bytes() for p in files})
+        config = read_config(workdir)
+        change(config)
+        write_config(workdir, config)
+        runs[case] = (workdir, ["all"], {"check": False})
+    done = run_snakemake_all(runs)
+    return {case: (runs[case][0], *before[case], done[case]) for case in runs}
+
+
 @pytest.mark.parametrize("case", list(IMPOSSIBLE))
-def test_an_impossible_setting_leaves_results_byte_identical(tiny_run, tmp_path, case):
-    change, key = IMPOSSIBLE[case]
-    workdir = copy_run(tiny_run, tmp_path / "work")
-    before = snapshot(workdir)
-    contents = {p: (workdir / p).read_bytes() for p in before}
-    config = read_config(workdir)
-    change(config)
-    write_config(workdir, config)
-    proc = run_snakemake(workdir, "all", check=False)
+def test_an_impossible_setting_leaves_results_byte_identical(impossible_runs, case):
+    _, key = IMPOSSIBLE[case]
+    workdir, before, contents, proc = impossible_runs[case]
     assert proc.returncode != 0
     assert f"config key '{key}'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
     assert snapshot(workdir) == before
