@@ -215,3 +215,17 @@ def test_a_csv_or_figure_edited_or_copied_over_another_is_found_while_planning(i
     )
     (problem,) = damaged_outputs(["results/figures/m/c/r2_copy.png"])
     assert "it holds results/figures/m/c/r2.png" in problem
+
+
+def test_one_output_of_a_job_put_back_from_a_run_with_other_settings_is_found(in_job):
+    """Its siblings (the CSV beside a table) still say which settings the job had."""
+    table, csv = "results/metrics/m/c/r2.parquet", "results/metrics/m/c/r2.csv"
+    for tau, folder in ((1, "other"), (2, ".")):
+        in_job("r2_table", [f"{folder}/{table}", f"{folder}/{csv}"], tau=tau)
+        write_table(small_table(), f"{folder}/{table}", csv=True)
+        stamps.record_outputs([f"{folder}/{csv}"])
+        stamps.end()
+    assert damaged_outputs([table, csv]) == []
+    shutil.copy(f"other/{table}", table)
+    (problem,) = damaged_outputs([table, csv])
+    assert problem.startswith(f"{table} was made by the same job as {csv} but with other settings")

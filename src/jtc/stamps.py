@@ -431,14 +431,31 @@ def listing(paths: list[str], most: int = 8) -> str:
 
 def damaged_outputs(paths: Iterable[str]) -> list[str]:
     """Outputs that are not what they say (a file copied over another, a file whose sha256
-    differs from its record, an unreadable stamp): checked while a run plans, cheaply (stamps
-    and small files' digests; the values of a Parquet or map file are checked when read)."""
+    differs from its record, an unreadable stamp), and outputs of one job made with different
+    settings (one of them put back from another run): checked while a run plans, cheaply
+    (stamps and small files' digests; the values of a Parquet or map file are checked when
+    read)."""
     problems = []
+    jobs: dict[str, dict[str, list[str]]] = {}  # job -> {settings: its outputs}
     for path in paths:
         if not (stamped(path) and Path(path).exists()):
             continue
         try:
-            check(path, read_stamp(path))
+            stamp = read_stamp(path)
+            check(path, stamp)
         except StampError as err:
             problems.append(str(err))
+            continue
+        if stamp and stamp.get("settings"):
+            job = json.dumps([stamp.get("rule"), stamp.get("wildcards")], sort_keys=True)
+            jobs.setdefault(job, {}).setdefault(stamp["settings"], []).append(str(path))
+    for made in jobs.values():
+        if len(made) > 1:
+            groups = sorted(made.values(), key=len)
+            odd = [path for group in groups[:-1] for path in group]
+            problems += [
+                f"{path} was made by the same job as {groups[-1][0]} but with other settings "
+                f"(put back from another run?); {rebuild_hint(path)}"
+                for path in odd
+            ]
     return problems
