@@ -89,14 +89,27 @@ def test_an_output_of_a_run_with_other_settings_is_refused(tiny_run, tmp_path):
 
     work = copy_run(tiny_run, tmp_path / "work")
     table = "results/metrics/gpt/mini/early_exit.parquet"
+    # the table alone: the CSV beside it still has this run's settings, found while planning
     shutil.copy(other / table, work / table)  # newer than its plot: the plot would be remade
+    before = snapshot(work)
+    proc = run_snakemake(work, "all", "-n", check=False)
+    assert proc.returncode != 0
+    assert f"{table} was made by the same job as" in proc.stdout + proc.stderr
+    # every output of that job, with their records: refused before any job starts
+    names = [n for n in (other / "results/metrics/gpt/mini").iterdir() if "early_exit" in n.name]
+    records = other / "results/.stamps/metrics/gpt/mini"
+    for name in names:
+        shutil.copy(name, work / table.replace("early_exit.parquet", name.name))
+        if (records / f"{name.name}.json").exists():
+            shutil.copy(records / f"{name.name}.json", work / records.relative_to(other))
     before = snapshot(work)
     proc = run_snakemake(work, "all", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert f"{table} was made with other settings than this run's" in out
     assert snapshot(work) == before
-    (work / table).unlink()
+    for name in names:
+        (work / table.replace("early_exit.parquet", name.name)).unlink()
     run_snakemake(work, "all")
     assert values(work, "gpt", "early_exit") == values(tiny_run, "gpt", "early_exit")
 
