@@ -32,11 +32,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .stamps import file_sha256
+
 ALGORITHM = "sha256"
 CACHE = Path(".snakemake", "jtc-fingerprints.json")  # under the working directory
 CACHE_VERSION = 1
 RACY_SECONDS = 2.0  # a file changed this recently is hashed again next time
-CHUNK = 1 << 20  # bytes read at a time
 # left out of a folder's fingerprint, with every name starting with "." (.git, huggingface_hub's
 # .cache): never read by a model loader, and changed by tools on their own
 SKIPPED_DIRS = frozenset({"__pycache__"})
@@ -52,14 +53,7 @@ def _stat_key(st: os.stat_result) -> StatKey:
     return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _hash_file(path: str) -> str:
-    digest = hashlib.new(ALGORITHM)
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
+_hash_file = file_sha256  # (a module attribute: the tests count its calls)
 
 
 class FingerprintCache:

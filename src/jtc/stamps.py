@@ -82,11 +82,14 @@ def results_name(path: str | Path) -> str | None:
     return None
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a whole file, read 1 MiB at a time into one buffer."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while n := handle.readinto(buffer):
+            digest.update(view[:n])
     return digest.hexdigest()
 
 
@@ -151,7 +154,7 @@ def write_folder_stamp(tmp: Path, final: Path) -> None:
     of its JSON files (its Parquet files carry their own stamps and digests)."""
     text = stamp_for(final)
     if text is not None:
-        files = {p.name: _sha256(p) for p in sorted(Path(tmp).glob("*.json"))}
+        files = {p.name: file_sha256(p) for p in sorted(Path(tmp).glob("*.json"))}
         stamp = {**json.loads(text), "files": files}
         (Path(tmp) / FOLDER_STAMP).write_text(json.dumps(stamp, sort_keys=True) + "\n")
 
@@ -256,7 +259,7 @@ def record_outputs(paths: list[str]) -> None:
         record, text = _record_of(path), stamp_for(path)
         if record is None or text is None or path.suffix in INSIDE or not path.is_file():
             continue
-        stamp = {**json.loads(text), "sha256": _sha256(path)}
+        stamp = {**json.loads(text), "sha256": file_sha256(path)}
         record.parent.mkdir(parents=True, exist_ok=True)
         tmp = record.with_name(f".{record.name}.tmp")
         tmp.write_text(json.dumps(stamp, sort_keys=True) + "\n")
@@ -268,7 +271,7 @@ def _recorded_stamp(path: Path) -> dict[str, Any] | None:
     if record is None or not record.is_file():
         return None
     stamp = parse(record.read_text())
-    if stamp is not None and not stamp.get("damaged") and stamp.get("sha256") != _sha256(path):
+    if stamp is not None and not stamp.get("damaged") and stamp.get("sha256") != file_sha256(path):
         raise StampError(
             f"{path} is not the file its job wrote (damaged, edited or replaced: its sha256 "
             f"differs from the one recorded in {record}); {rebuild_hint(path)}"
@@ -282,7 +285,7 @@ def _folder_stamp(folder: Path) -> dict[str, Any] | None:
         return None
     stamp = parse(file.read_text())
     for name, digest in (stamp or {}).get("files", {}).items():
-        if not (folder / name).is_file() or _sha256(folder / name) != digest:
+        if not (folder / name).is_file() or file_sha256(folder / name) != digest:
             raise StampError(
                 f"{folder / name} is not the file its job wrote (damaged, edited or missing: "
                 f"its sha256 differs from the one in {file}); {rebuild_hint(folder)}"
