@@ -1,11 +1,13 @@
 """Early exit: the cost of a λ sweep against the number of λ values, and against re-running the
 model per λ (the reference implementation's approach).
 
-1. The sweep alone (jtc.early_exit.sweep) with 1 and 100 λ values, on the default run's real
+1. The sweep alone (jtc.evaluation.early_exit.sweep) with 1 and 100 λ values, on the default run's
+real
    per-position tables when they exist (SmolLM2, 500 positions, 31 layers) and on a synthetic
    table of the paper's largest size (GPT2-XL: 3,000 positions, 49 layers).
 2. The whole early_exit stage (reading the tables, both sweeps, writing) with 1 and 100 λ.
-3. Running SmolLM2 block by block and stopping (jtc.early_exit.run_with_early_exit) for a sample
+3. Running SmolLM2 block by block and stopping (jtc.evaluation.early_exit.run_with_early_exit) for
+a sample
    of tokens at one λ, extrapolated to 100 λ × all validation tokens.
 Run: .venv/bin/python bench/bench_early_exit.py [--threads 2]  (after the default workflow)
 """
@@ -24,12 +26,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
-from jtc.adapters import adapter_of  # noqa: E402
-from jtc.decode import Head  # noqa: E402
-from jtc.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
-from jtc.extract import prepare_inputs  # noqa: E402
-from jtc.io import read_json, read_table  # noqa: E402
-from jtc.maps import load_map  # noqa: E402
+from jtc.data.extract import prepare_inputs  # noqa: E402
+from jtc.evaluation.decode import Head  # noqa: E402
+from jtc.evaluation.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
+from jtc.files.io import read_json, read_table  # noqa: E402
+from jtc.model.adapters import adapter_of  # noqa: E402
+from jtc.shortcuts.maps import load_map  # noqa: E402
 from jtc.stages.early_exit import early_exit  # noqa: E402
 
 RESULTS = Path("results")

@@ -17,9 +17,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
-from jtc import corpus  # noqa: E402
-from jtc.adapters import adapter_of  # noqa: E402
-from jtc.extract import prepare_inputs, run_states  # noqa: E402
+from jtc.data import corpus  # noqa: E402
+from jtc.data.extract import prepare_inputs, run_states  # noqa: E402
+from jtc.model.adapters import adapter_of  # noqa: E402
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ import numpy as np
 from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
-from jtc.fit import fit_source
-from jtc.io import read_json, read_states
+from jtc.files.io import read_json, read_states
+from jtc.shortcuts.closed_form import fit_source
 
 
 def load(states: str | None, n: int, width: int, sites: int, device: str) -> list[np.ndarray]:

@@ -1,4 +1,5 @@
-"""Greedy generation with early exit on SmolLM2, as it would be deployed (jtc.generate): tokens
+"""Greedy generation with early exit on SmolLM2, as it would be deployed (jtc.evaluation.generate):
+tokens
 per second for the whole model, and for exiting with id and with mat at the λ the default run
 chose (in sample, checking every layer) for 95% and 90% agreement, beside that λ's held-out
 agreement and the multiply-adds the early-exit stage predicts.
@@ -23,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
 from jtc import paths  # noqa: E402
-from jtc.adapters import adapter_of  # noqa: E402
 from jtc.api import Shortcuts  # noqa: E402
-from jtc.decode import Head  # noqa: E402
-from jtc.early_exit import ExitRule, mean_prefix_length  # noqa: E402
-from jtc.generate import generate  # noqa: E402
-from jtc.io import read_positions, read_table  # noqa: E402
-from jtc.shortlist import Shortlist, load_factors  # noqa: E402
+from jtc.evaluation.decode import Head  # noqa: E402
+from jtc.evaluation.early_exit import ExitRule, mean_prefix_length  # noqa: E402
+from jtc.evaluation.generate import generate  # noqa: E402
+from jtc.evaluation.shortlist import Shortlist, load_factors  # noqa: E402
+from jtc.files.io import read_positions, read_table  # noqa: E402
+from jtc.model.adapters import adapter_of  # noqa: E402
 
 MODEL, CORPUS, TARGETS = "smollm2", "news", (0.95, 0.9)
 # (check, interval): the paper's full check at every layer; the shortlist check at every layer

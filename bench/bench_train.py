@@ -4,7 +4,8 @@ the default settings of jtc/methods.py, and the time of rrr (their closed-form c
 Per pair it prints the seconds, the epochs run until early stopping and the best epoch (0: the
 start was never beaten), the held-out loss at the start and at its best, and for NJTC and N-NJTC
 the training MSE over all rows beside rrr's (the optimum of NJTC's objective, fitted on the same
-rows). The methods start from their closed-form optimum (jtc.train); --cold starts them as before
+rows). The methods start from their closed-form optimum (jtc.shortcuts.train); --cold starts them
+as before
 (torch.nn.Linear's random maps, the identity for the tuned lens) for comparison, and --set
 METHOD.KEY=VALUE overrides a default (e.g. --set tuned_lens.learning_rate=3e-5).
 
@@ -12,7 +13,8 @@ On the workflow's SmolLM2 training states (default), or with --synthetic on rand
 random head of SmolLM2's shape (2,000 rows, width 576, vocabulary 49,152: the time per epoch
 depends only on the shapes), which needs no workflow results and so runs on a bare GPU machine.
 Also measures what one Snakemake job pays before it trains anything (a fresh Python that
-imports torch and jtc.train and reads one layer's states): the reason the workflow trains all
+imports torch and jtc.shortcuts.train and reads one layer's states): the reason the workflow trains
+all
 of a source layer's pairs in one job rather than one job per pair. The tuned lens is compared
 with the matrix-multiply roofline of its vocabulary products (4·n·d·V FLOP per epoch).
 
@@ -36,11 +38,11 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).parent))
 from common import peak_matmul_gflops  # noqa: E402
 
-from jtc.decode import Head  # noqa: E402
-from jtc.fit import fit_source_reduced_rank  # noqa: E402
-from jtc.maps import ShortcutMap  # noqa: E402
-from jtc.methods import METHODS  # noqa: E402
-from jtc.train import TrainSettings, default_rank, train_low_rank, train_tuned_lens  # noqa: E402
+from jtc.evaluation.decode import Head  # noqa: E402
+from jtc.shortcuts.closed_form import fit_source_reduced_rank  # noqa: E402
+from jtc.shortcuts.maps import ShortcutMap  # noqa: E402
+from jtc.shortcuts.methods import METHODS  # noqa: E402
+from jtc.shortcuts.train import TrainSettings, default_rank, train_low_rank, train_tuned_lens  # noqa: E402
 
 TRAINED = ("njtc", "nnjtc", "tuned_lens")
 
@@ -62,7 +64,7 @@ def mse(parts: dict, x: np.ndarray, y: np.ndarray) -> float:
 
 def job_start_seconds(train_dir: str) -> float:
     code = (
-        "import torch, jtc.train, jtc.stages.fit; from jtc.io import read_states; "
+        "import torch, jtc.shortcuts.train, jtc.stages.fit; from jtc.files.io import read_states; "
         f"read_states({train_dir!r}, 0)"
     )
     start = time.perf_counter()
@@ -72,8 +74,8 @@ def job_start_seconds(train_dir: str) -> float:
 
 def real_data(args, device):
     """{source: states}, final states and the cached SmolLM2 head."""
-    from jtc.io import read_aligned, read_json, read_states
-    from jtc.models import load_head
+    from jtc.files.io import read_aligned, read_json, read_states
+    from jtc.model.cache import load_head
 
     last = read_json(Path(args.states) / "info.json")["num_layers"]
     ids, _ = read_states(args.states, 0)

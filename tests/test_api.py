@@ -10,8 +10,8 @@ from tiny import SENTENCES, make_model
 
 from jtc.api import LENS_STATS, Lens, ShortcutMismatch, Shortcuts, shareable_source
 from jtc.cli import main
-from jtc.maps import ShortcutMap, save_maps
-from jtc.models import model_info
+from jtc.model.cache import model_info
+from jtc.shortcuts.maps import ShortcutMap, save_maps
 
 WIDTH = 4
 
@@ -169,7 +169,7 @@ def test_lens_statistics_agree_with_the_model_at_the_last_layer(kind, tmp_path):
 def test_the_lens_figure_stacks_one_panel_per_method_and_bounds_its_width(tmp_path, monkeypatch):
     lens = tiny_lens("gpt2", tmp_path)
     seen = {}
-    monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    monkeypatch.setattr("jtc.report.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
     text = " ".join(SENTENCES[:4])  # a long text: more tokens than 0.75-inch cells allow
     table = lens.figure(text, tmp_path / "lens.png", stat="rank")
     fig = seen["fig"]

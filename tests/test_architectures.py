@@ -13,14 +13,14 @@ from architectures import ARCHITECTURES, build, matrix_rows, readme_table
 from harness import ROOT
 from tiny import make_tokenizer, write_sentences
 
-from jtc.adapters import UnsupportedArchitecture, adapter_of, architecture_problem
-from jtc.corpus import select_split
-from jtc.decode import Head
-from jtc.extract import prepare_sentences
-from jtc.heads import load_decoder_head
-from jtc.io import read_json, read_states, read_table
-from jtc.models import load_cached, task_of
-from jtc.recorders import PartRecorder, StateRecorder
+from jtc.data.corpus import select_split
+from jtc.data.extract import prepare_sentences
+from jtc.evaluation.decode import Head
+from jtc.files.io import read_json, read_states, read_table
+from jtc.model.adapters import UnsupportedArchitecture, adapter_of, architecture_problem
+from jtc.model.cache import load_cached, task_of
+from jtc.model.head import load_decoder_head
+from jtc.model.hooks import PartRecorder, StateRecorder
 from jtc.stages.corpora import prepare_corpus
 from jtc.stages.fit import fit_map
 from jtc.stages.hidden import extract_hidden
@@ -60,10 +60,11 @@ def hf_outputs(model, prepared):
 def check_parts_chain(model, adapter, prepared, replace_ffn=False):
     """attn_norm.in = h_{b-1}, ffn_norm.in = h_{b-1} + attn.out, h_b = ffn_norm.in + ffn.out
     (pre-norm; post-norm likewise). With `replace_ffn`, every block's feed-forward part is
-    replaced by a random affine map (jtc.replace.PartReplacer) and the chain must still hold,
+    replaced by a random affine map (jtc.shortcuts.replace.PartReplacer) and the chain must still
+    hold,
     its output being the map of its input."""
-    from jtc.maps import ShortcutMap
-    from jtc.replace import PartReplacer
+    from jtc.shortcuts.maps import ShortcutMap
+    from jtc.shortcuts.replace import PartReplacer
 
     blocks = adapter.blocks(model)
     ids = torch.as_tensor(prepared.inputs[0])[None]
@@ -204,8 +205,8 @@ def test_models_that_are_not_decoder_or_encoder_stacks_are_named(model_type, con
 def test_a_soft_capped_head_is_decoded_with_its_cap():
     """Gemma 2's logits are c·tanh(z / c): the head applies the cap, and the KL of every layer
     equals the KL computed from the whole distributions (not the linear shortcut)."""
-    from jtc.decode import final_reference, score
-    from jtc.discover import find_adapter
+    from jtc.evaluation.decode import final_reference, score
+    from jtc.model.discover import find_adapter
 
     model, task = build("gemma2", 120)
     adapter = find_adapter(model, task)
@@ -228,8 +229,8 @@ def test_a_soft_capped_head_is_decoded_with_its_cap():
 
 @pytest.mark.parametrize("model_type", ["gpt2", "llama", "mistral", "qwen2", "bert"])
 def test_discovery_finds_what_the_declared_adapters_say(model_type):
-    from jtc.adapters import ADAPTERS
-    from jtc.discover import discover
+    from jtc.model.adapters import ADAPTERS
+    from jtc.model.discover import discover
 
     model, task = build(model_type, 120)
     found, declared = discover(model, task), ADAPTERS[model_type]

@@ -1,5 +1,5 @@
 """Code tracking: each rule's code hash covers its script and every jtc module its stage function
-can load (jtc.tracking), and the rules, scripts and stage modules mirror one another."""
+can load (jtc.workflow.tracking), and the rules, scripts and stage modules mirror one another."""
 
 import re
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import copy_run, rules_run, run_snakemake
 
-from jtc.tracking import code_hash, function_closure, module_closure, script_closure
+from jtc.workflow.tracking import code_hash, function_closure, module_closure, script_closure
 
 ROOT = Path(__file__).parents[1]
 SRC = ROOT / "src"
@@ -55,28 +55,48 @@ def closure(rule):
 def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
     for rule in ("plot_r2", "plot_prediction", "plot_early_exit", "plot_part_r2"):
         modules = closure(rule)
-        assert "jtc.plots" in modules, rule
-        assert not modules & {"jtc.fit", "jtc.train", "jtc.extract", "jtc.decode"}, rule
+        assert "jtc.report.plots" in modules, rule
+        assert not modules & {
+            "jtc.shortcuts.closed_form",
+            "jtc.shortcuts.train",
+            "jtc.data.extract",
+            "jtc.evaluation.decode",
+        }, rule
     # every method fitted from the states alone: closed form (fit) and trained by MSE (train)
     fit = {
-        "jtc.fit",
-        "jtc.train",
-        "jtc.methods",
-        "jtc.maps",
-        "jtc.io",
+        "jtc.shortcuts.closed_form",
+        "jtc.shortcuts.train",
+        "jtc.shortcuts.methods",
+        "jtc.shortcuts.maps",
+        "jtc.files.io",
         "jtc.logs",
         "jtc.stages.fit",
     }
     assert fit <= closure("fit_map")
-    assert not closure("fit_map") & {"jtc.plots", "jtc.extract", "jtc.models", "jtc.heads"}
+    assert not closure("fit_map") & {
+        "jtc.report.plots",
+        "jtc.data.extract",
+        "jtc.model.cache",
+        "jtc.model.head",
+    }
     # trained through the head: its target rule (methods) and the head (heads, models) tracked
-    head = {"jtc.train", "jtc.methods", "jtc.heads", "jtc.models", "jtc.decode"}
+    head = {
+        "jtc.shortcuts.train",
+        "jtc.shortcuts.methods",
+        "jtc.model.head",
+        "jtc.model.cache",
+        "jtc.evaluation.decode",
+    }
     assert head <= closure("train_map")
     # (and the closed-form fit its maps start from)
-    assert "jtc.fit" in closure("train_map") and "jtc.plots" not in closure("train_map")
-    assert {"jtc.models", "jtc.sources", "jtc.adapters"} <= closure("resolve_model")
-    assert {"jtc.fit", "jtc.parts"} <= closure("fit_parts")
-    assert "jtc.fit" not in closure("extract_hidden")
+    assert "jtc.shortcuts.closed_form" in closure(
+        "train_map"
+    ) and "jtc.report.plots" not in closure("train_map")
+    assert {"jtc.model.cache", "jtc.model.sources", "jtc.model.adapters"} <= closure(
+        "resolve_model"
+    )
+    assert {"jtc.shortcuts.closed_form", "jtc.shortcuts.parts"} <= closure("fit_parts")
+    assert "jtc.shortcuts.closed_form" not in closure("extract_hidden")
     for rule in rule_blocks():
         assert {"jtc", "jtc.logs", "jtc.stages"} <= closure(rule), rule
 
@@ -192,15 +212,15 @@ def test_editing_a_module_reruns_exactly_the_jobs_that_run_it(tiny_run, tiny_fir
 
     assert plan() == {}  # the same code, byte for byte: nothing to do
     jobs = rules_run(tiny_first_run)
-    with (repo / "src/jtc/plots.py").open("a") as handle:
+    with (repo / "src/jtc/report/plots.py").open("a") as handle:
         handle.write("\n# a change to a plotting function\n")
     planned = plan()
     assert planned == {
         rule: n for rule, n in jobs.items() if rule.startswith("plot_") or rule == "all"
     }
-    (repo / "src/jtc/plots.py").write_text((SRC / "jtc/plots.py").read_text())
+    (repo / "src/jtc/report/plots.py").write_text((SRC / "jtc/report/plots.py").read_text())
     assert plan() == {}
-    with (repo / "src/jtc/fit.py").open("a") as handle:
+    with (repo / "src/jtc/shortcuts/closed_form.py").open("a") as handle:
         handle.write("\n# a change to the least-squares fit\n")
     planned = plan()
     # the fits, and what reads them (each decode job reads mat's maps); not the states

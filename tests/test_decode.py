@@ -6,10 +6,10 @@ import torch
 from test_extract import prepare_tiny, run_extract
 from tiny import make_model
 
-import jtc.decode as decode_mod
-from jtc.adapters import get_adapter
-from jtc.decode import Head, NoDecoderHead, final_reference, score, top_tokens
-from jtc.io import read_states
+import jtc.evaluation.decode as decode_mod
+from jtc.evaluation.decode import Head, NoDecoderHead, final_reference, score, top_tokens
+from jtc.files.io import read_states
+from jtc.model.adapters import get_adapter
 
 HEAD_KINDS = ["gpt2", "llama", "bert-mlm"]
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from test_prediction import LAYERS, decode, validation  # noqa: F401 - the fixture
 
-from jtc.adapters import get_adapter
-from jtc.decode import Head
-from jtc.early_exit import (
+from jtc.data.extract import prepare_inputs
+from jtc.evaluation.decode import Head
+from jtc.evaluation.early_exit import (
     Arrays,
     ExitCost,
     ExitRule,
@@ -19,10 +19,10 @@ from jtc.early_exit import (
     run_with_early_exit,
     sweep,
 )
-from jtc.extract import prepare_inputs
-from jtc.io import read_json, read_table
-from jtc.maps import to_last_layer
-from jtc.models import load_cached
+from jtc.files.io import read_json, read_table
+from jtc.model.adapters import get_adapter
+from jtc.model.cache import load_cached
+from jtc.shortcuts.maps import to_last_layer
 
 
 def model_inputs(work, tokenizer, info):

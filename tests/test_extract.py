@@ -6,10 +6,10 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model
 
-from jtc.adapters import get_adapter
-from jtc.extract import draw_position, extract, prepare_inputs, run_states
-from jtc.io import read_states
-from jtc.models import model_info
+from jtc.data.extract import draw_position, extract, prepare_inputs, run_states
+from jtc.files.io import read_states
+from jtc.model.adapters import get_adapter
+from jtc.model.cache import model_info
 
 KINDS = ["gpt2", "llama", "bert-mlm", "bert"]
 

@@ -12,13 +12,20 @@ from damage import flip_data_page_byte
 from test_corpus import make_tar
 from tiny import make_model, save_model
 
-from jtc import corpus
-from jtc.corpus import CorpusError
-from jtc.extract import extract, prepare_inputs
-from jtc.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
-from jtc.maps import FORMAT, TensorWriter, load_map, load_part_maps, save_maps, save_part_maps
-from jtc.models import cache_model, load_cached, model_info
-from jtc.sources import ModelSourceError
+from jtc.data import corpus
+from jtc.data.corpus import CorpusError
+from jtc.data.extract import extract, prepare_inputs
+from jtc.files.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
+from jtc.model.cache import cache_model, load_cached, model_info
+from jtc.model.sources import ModelSourceError
+from jtc.shortcuts.maps import (
+    FORMAT,
+    TensorWriter,
+    load_map,
+    load_part_maps,
+    save_maps,
+    save_part_maps,
+)
 from jtc.stages.fit import fit_map
 
 ROOT = Path(__file__).parents[1]
@@ -191,7 +198,7 @@ def test_no_pickle_is_ever_loaded():
             if "weights_only=True" not in call:
                 offenders.append(f"{path}: unsafe torch load: {call}")
     assert offenders == []
-    text = (ROOT / "src/jtc/models.py").read_text()
+    text = (ROOT / "src/jtc/model/cache.py").read_text()
     assert "trust_remote_code" in text and "trust_remote_code=True" not in text
 
 

@@ -1,4 +1,5 @@
-"""Content fingerprints of external inputs (jtc.fingerprint): what changes them, what the cache
+"""Content fingerprints of external inputs (jtc.workflow.fingerprint): what changes them, what the
+cache
 saves, and, end to end, a text corpus replaced by one with the same size and modification time
 that still rebuilds the sentence table."""
 
@@ -14,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from harness import TEXT, rules_run, run_snakemake, tiny_config, write_config
 
-from jtc import fingerprint as fp
-from jtc.fingerprint import (
+from jtc.workflow import fingerprint as fp
+from jtc.workflow.fingerprint import (
     FingerprintCache,
     corpus_fingerprint,
     fingerprint,
@@ -226,14 +227,16 @@ def test_model_fingerprints(hashed, tmp_path):
     assert model_fingerprint({"source": str(gguf)}) == fingerprint(gguf)  # the file alone
     assert model_fingerprint({"source": "gpt2"}) is None  # a hub id: its id is the params
     assert model_fingerprint({"source": "package:no_such_package_jtc/x"}) is None
-    package = fp.__file__.rsplit(os.sep, 1)[0]  # jtc itself as a package folder
+    package = fp.__file__.rsplit(os.sep, 2)[0]  # jtc itself as a package folder
     assert model_fingerprint({"source": "package:jtc/stages"}) == fingerprint(
         os.path.join(package, "stages")
     )
 
 
 def test_importable_without_torch():
-    code = "import sys, jtc.fingerprint; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, jtc.workflow.fingerprint; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

@@ -6,7 +6,9 @@ import pytest
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score as sk_r2
 
-from jtc.fit import (
+from jtc.evaluation.r2 import r2_score
+from jtc.files.io import CorruptFileError
+from jtc.shortcuts.closed_form import (
     SourceSolver,
     fit_source,
     fit_source_reduced_rank,
@@ -14,9 +16,7 @@ from jtc.fit import (
     reduced_rank,
     reduced_rank_affine,
 )
-from jtc.io import CorruptFileError
-from jtc.maps import ShortcutMap, load_maps, save_maps
-from jtc.metrics import r2_score
+from jtc.shortcuts.maps import ShortcutMap, load_maps, save_maps
 
 
 def problem(n=400, d=24, seed=0):
@@ -153,7 +153,7 @@ def test_torch_r2_equals_the_cpu_path(device, tmp_path):
     constant and dead coordinates included."""
     import torch
 
-    from jtc.metrics import layer_r2_table, shortcut_r2
+    from jtc.evaluation.r2 import layer_r2_table, shortcut_r2
 
     rng = np.random.default_rng(4)
     y = rng.normal(size=(80, 4))

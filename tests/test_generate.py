@@ -1,13 +1,13 @@
-"""Greedy generation with early exit (jtc.generate) on a tiny random Llama model."""
+"""Greedy generation with early exit (jtc.evaluation.generate) on a tiny random Llama model."""
 
 import pytest
 import torch
 from tiny import make_model
 
-from jtc.adapters import UnsupportedArchitecture, get_adapter
-from jtc.decode import Head
-from jtc.generate import generate
-from jtc.shortlist import Shortlist, fit_factors
+from jtc.evaluation.decode import Head
+from jtc.evaluation.generate import generate
+from jtc.evaluation.shortlist import Shortlist, fit_factors
+from jtc.model.adapters import UnsupportedArchitecture, get_adapter
 
 PROMPT = "the king of the city was"
 

@@ -6,11 +6,11 @@ import pyarrow as pa
 from docutils.core import publish_parts
 from jinja2 import Environment
 
-from jtc.early_exit import SAVINGS_COLUMNS
-from jtc.headline import Tables, headline_rows, headline_table, landing_section
-from jtc.io import rows_table
-from jtc.maps import PARAMETER_COLUMNS
-from jtc.prediction import SUMMARY_COLUMNS
+from jtc.evaluation.early_exit import SAVINGS_COLUMNS
+from jtc.evaluation.prediction import SUMMARY_COLUMNS
+from jtc.files.io import rows_table
+from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
+from jtc.shortcuts.maps import PARAMETER_COLUMNS
 
 LAST = 4  # layers 0..4: the middle layer is 2
 

@@ -1,4 +1,4 @@
-"""The decoder head as plain operations (jtc.heads): described when a model is cached, it gives
+"""The decoder head as plain operations (jtc.model.head): described when a model is cached, it gives
 the model's own head without transformers, and a head it cannot describe falls back to the
 transformers path."""
 
@@ -10,10 +10,10 @@ import torch
 from tiny import make_model
 from torch import nn
 
-from jtc.heads import describe, load_decoder_head
-from jtc.io import read_json, write_json
-from jtc.manifest import write_manifest
-from jtc.models import cache_model, load_cached, model_head
+from jtc.files.io import read_json, write_json
+from jtc.model.cache import cache_model, load_cached, model_head
+from jtc.model.head import describe, load_decoder_head
+from jtc.model.manifest import write_manifest
 
 
 def cached(kind, folder, edit=None):
@@ -97,7 +97,7 @@ def test_without_a_description_the_head_comes_through_transformers(tmp_path):
 def test_a_decoding_job_imports_no_transformers(tmp_path):
     folder, _ = cached("llama", tmp_path)
     code = (
-        "import sys; from jtc.heads import load_decoder_head; "
+        "import sys; from jtc.model.head import load_decoder_head; "
         f"head = load_decoder_head({str(folder)!r}, 'm', 1); "
         "assert head.transform is not None; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))"

@@ -9,12 +9,12 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model, save_model
 
-from jtc.adapters import UnsupportedArchitecture, get_adapter
-from jtc.decode import Head
-from jtc.examples import load_tokenizer
-from jtc.io import read_json, read_states, read_table, write_table
-from jtc.models import cache_model, load_cached
-from jtc.sources import ModelSourceError, candidates, planning_problem
+from jtc.evaluation.decode import Head
+from jtc.files.io import read_json, read_states, read_table, write_table
+from jtc.model.adapters import UnsupportedArchitecture, get_adapter
+from jtc.model.cache import cache_model, load_cached
+from jtc.model.sources import ModelSourceError, candidates, planning_problem
+from jtc.report.examples import load_tokenizer
 from jtc.stages.hidden import extract_hidden
 
 
@@ -147,7 +147,7 @@ def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
 
 def heads_of(model, tokenizer, tmp_path):
     """(head-only loaded head, the whole cached model's head) of a model cached under tmp_path."""
-    from jtc.models import load_head, model_head
+    from jtc.model.cache import load_head, model_head
 
     model.save_pretrained(tmp_path / "src")
     tokenizer.save_pretrained(tmp_path / "src")
@@ -177,7 +177,7 @@ def test_head_only_loading_equals_the_whole_models_head(tmp_path, kind):
 def test_bfloat16_model_is_cached_and_runs_in_bfloat16(tmp_path):
     """models.NAME.dtype: the cache and the forward passes in bfloat16; the head decodes in
     float32, close to the float32 model's."""
-    from jtc.models import load_head
+    from jtc.model.cache import load_head
 
     src = save_model("llama", tmp_path / "src")
     info = cache_model("b", {"source": str(src), "dtype": "bfloat16"}, tmp_path / "b")
@@ -204,7 +204,7 @@ def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):
     the model and the key; the cache is kept."""
     import importlib.util
 
-    from jtc.models import ComputeError, compute_problem, load_model
+    from jtc.model.cache import ComputeError, compute_problem, load_model
 
     src = save_model("llama", tmp_path / "src")
     info = cache_model("big", {"source": str(src)}, tmp_path / "big")

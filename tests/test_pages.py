@@ -5,8 +5,8 @@ import re
 
 import pyarrow as pa
 
-from jtc.io import write_table
-from jtc.pages import markdown_page, table_page
+from jtc.files.io import write_table
+from jtc.report.pages import markdown_page, table_page
 
 
 def test_a_table_page_holds_every_value(tmp_path):

@@ -7,9 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jtc.methods import METHODS
-from jtc.parts import VARIANTS
-from jtc.plots import METRIC_LABELS, early_exit_figure, method_style, prediction_panels
+from jtc.report.plots import METRIC_LABELS, early_exit_figure, method_style, prediction_panels
+from jtc.shortcuts.methods import METHODS
+from jtc.shortcuts.parts import VARIANTS
 
 NAMES = [*METHODS, *VARIANTS]
 
@@ -70,7 +70,7 @@ def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
         for x in np.linspace(1, 30, 8)
     ]
     seen = {}
-    monkeypatch.setattr("jtc.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    monkeypatch.setattr("jtc.report.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
     chosen = [
         {"method": m, "selection": s, "check": "full", "check_every": 1, "mean_layers": 20.0,
          "macs_percent": 300.0, "accuracy": 0.9}

@@ -5,11 +5,11 @@ import pyarrow as pa
 import pytest
 from tiny import SENTENCES, save_model
 
-from jtc.examples import example_layers, examples_markdown, load_tokenizer
-from jtc.io import read_table, write_table
-from jtc.maps import save_maps
-from jtc.models import cache_model, load_cached
-from jtc.prediction import bootstrap_means, metric_values, prediction_summary
+from jtc.evaluation.prediction import bootstrap_means, metric_values, prediction_summary
+from jtc.files.io import read_table, write_table
+from jtc.model.cache import cache_model, load_cached
+from jtc.report.examples import example_layers, examples_markdown, load_tokenizer
+from jtc.shortcuts.maps import save_maps
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions, prediction_examples
 

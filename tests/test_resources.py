@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jtc.gpus import MIB
-from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
+from jtc.workflow.gpus import MIB
+from jtc.workflow.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 
 STAGES = [
     "resolve_model",

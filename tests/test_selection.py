@@ -1,10 +1,10 @@
-"""Choosing one map for every layer (jtc.selection, one_jump_selected)."""
+"""Choosing one map for every layer (jtc.shortcuts.selection, one_jump_selected)."""
 
 import numpy as np
 import pytest
 
-from jtc.maps import ShortcutMap
-from jtc.selection import mean_cosine, select_one_map
+from jtc.shortcuts.maps import ShortcutMap
+from jtc.shortcuts.selection import mean_cosine, select_one_map
 
 
 def test_mean_cosine_of_rows():

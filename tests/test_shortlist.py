@@ -1,4 +1,5 @@
-"""The shortlist exit check (jtc.shortlist): its factorisation, its check, its file and its
+"""The shortlist exit check (jtc.evaluation.shortlist): its factorisation, its check, its file and
+its
 columns in the per-position scores."""
 
 import numpy as np
@@ -6,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from jtc.decode import SHORTLIST_COLUMNS, Head, final_reference, score
-from jtc.early_exit import shortlist_macs
-from jtc.io import CorruptFileError
-from jtc.shortlist import Factors, Shortlist, fit_factors, load_factors, save_factors
+from jtc.evaluation.decode import SHORTLIST_COLUMNS, Head, final_reference, score
+from jtc.evaluation.early_exit import shortlist_macs
+from jtc.evaluation.shortlist import Factors, Shortlist, fit_factors, load_factors, save_factors
+from jtc.files.io import CorruptFileError
 
 VOCAB, WIDTH = 300, 24
 

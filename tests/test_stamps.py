@@ -1,4 +1,4 @@
-"""Every output knows what it is (jtc.stamps): files written in a workflow job carry a stamp
+"""Every output knows what it is (jtc.files.stamps): files written in a workflow job carry a stamp
 naming the output and the settings it was made with; readers refuse a file read as another
 output; the workflow refuses, before a run, outputs made with other settings; damage anywhere
 in a Parquet file that changes a value is an error (column digests)."""
@@ -12,11 +12,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jtc import stamps
-from jtc.config import command_line_config, merged
-from jtc.io import CorruptFileError, StateWriter, atomic_dir, read_site, read_table, write_table
-from jtc.maps import load_map, save_maps
-from jtc.stamps import PlannedJob, damaged_outputs, leftovers, replaced_outputs, stale_outputs
+from jtc.files import stamps
+from jtc.files.io import (
+    CorruptFileError,
+    StateWriter,
+    atomic_dir,
+    read_site,
+    read_table,
+    write_table,
+)
+from jtc.files.stamps import PlannedJob, damaged_outputs, leftovers, replaced_outputs, stale_outputs
+from jtc.shortcuts.maps import load_map, save_maps
+from jtc.workflow.config import command_line_config, merged
 
 
 @pytest.fixture

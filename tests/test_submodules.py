@@ -11,19 +11,19 @@ import torch
 from test_models import TEXTS
 from tiny import make_model, write_sentences
 
-from jtc import adapters
-from jtc.adapters import UnsupportedArchitecture, get_adapter, part_adapter
-from jtc.extract import extract, prepare_sentences, run_states
-from jtc.io import (
+from jtc.data.extract import extract, prepare_sentences, run_states
+from jtc.files.io import (
     CorruptFileError,
     part_file,
     read_site,
     read_states,
 )
-from jtc.maps import ShortcutMap, load_part_maps, save_maps, save_part_maps
-from jtc.models import cache_model, load_cached, model_info
-from jtc.parts import VARIANTS, fit_parts, jump_layers, jump_problem, part_r2_table
-from jtc.replace import PartReplacer, prefix_states, replaced_final_states
+from jtc.model import adapters
+from jtc.model.adapters import UnsupportedArchitecture, get_adapter, part_adapter
+from jtc.model.cache import cache_model, load_cached, model_info
+from jtc.shortcuts.maps import ShortcutMap, load_part_maps, save_maps, save_part_maps
+from jtc.shortcuts.parts import VARIANTS, fit_parts, jump_layers, jump_problem, part_r2_table
+from jtc.shortcuts.replace import PartReplacer, prefix_states, replaced_final_states
 
 KINDS = ["gpt2", "llama", "bert-mlm"]
 

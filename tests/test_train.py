@@ -7,12 +7,12 @@ import torch
 from sklearn.linear_model import LinearRegression
 from tiny import make_model
 
-from jtc.adapters import get_adapter
-from jtc.decode import Head, final_reference
-from jtc.fit import fit_source, fit_source_reduced_rank
-from jtc.maps import DEFAULT_NORM_EPS, ShortcutMap, load_map, save_maps
-from jtc.methods import fitted_targets
-from jtc.train import (
+from jtc.evaluation.decode import Head, final_reference
+from jtc.model.adapters import get_adapter
+from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
+from jtc.shortcuts.maps import DEFAULT_NORM_EPS, ShortcutMap, load_map, save_maps
+from jtc.shortcuts.methods import fitted_targets
+from jtc.shortcuts.train import (
     AffineTranslator,
     LowRankMap,
     TrainSettings,

@@ -12,13 +12,13 @@ from docutils.core import publish_parts
 from jinja2 import Environment
 from test_headline import parameters, r2_table
 
-from jtc.headline import Tables, headline_rows, headline_table, landing_section
-from jtc.io import StateWriter, layer_file, part_file, write_json
-from jtc.maps import read_metadata
+from jtc.files.io import StateWriter, layer_file, part_file, write_json
+from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
+from jtc.shortcuts.maps import read_metadata
+from jtc.shortcuts.underdetermined import TRAINING_ROWS, underdetermined
 from jtc.stages.fit import fit_map
 from jtc.stages.metrics import parameter_table
 from jtc.stages.submodules import fit_parts, part_r2_table
-from jtc.underdetermined import TRAINING_ROWS, underdetermined
 
 LAYERS = 2  # states of layers 0..2
 SETTINGS = {
@@ -93,7 +93,7 @@ def test_as_many_rows_as_the_width_are_not_flagged(tmp_path, caplog):
 
 def test_a_map_file_that_records_no_rows_is_left_unflagged(tmp_path):
     """Files written before `training_rows` have `n_train`; with neither the flag is null."""
-    from jtc.maps import save_maps
+    from jtc.shortcuts.maps import save_maps
 
     maps = {}
     for method, meta in {"mat": {"n_train": 3}, "rrr": {}}.items():
@@ -195,7 +195,7 @@ def test_the_landing_page_names_the_underdetermined_maps_only_when_there_are_som
 
 
 def test_the_end_of_run_message_names_the_underdetermined_maps(tmp_path):
-    from jtc.summary import problems
+    from jtc.workflow.summary import problems
 
     metrics = tmp_path / "results/metrics"
     for model, rows in (("tiny", 20), ("big", 2000)):
@@ -220,8 +220,8 @@ def test_the_tuned_lens_job_records_and_warns_too(tmp_path, caplog):
     """train_map (the tuned lens, trained through the head) on 12 sentences of a width-32 model."""
     from tiny import SENTENCES, save_model
 
-    from jtc.io import write_table
-    from jtc.models import cache_model
+    from jtc.files.io import write_table
+    from jtc.model.cache import cache_model
     from jtc.stages.fit import train_map
     from jtc.stages.hidden import extract_hidden
 

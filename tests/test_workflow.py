@@ -208,7 +208,7 @@ TRAINED = ["njtc", "nnjtc", "one_jump", "one_jump_selected", "tuned_lens"]
 def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
     from safetensors.numpy import load_file
 
-    from jtc.maps import load_map, read_metadata
+    from jtc.shortcuts.maps import load_map, read_metadata
 
     # the finished tiny run, gpt only, the trained methods added: its model and states stay
     config = read_config(tiny_run)
@@ -718,9 +718,9 @@ def test_readme_api_example_runs(tiny_run, tmp_path):
 def test_api_reproduces_the_workflow_numbers(tiny_run, tmp_path):
     from jtc.api import Lens, ShortcutMismatch, Shortcuts
     from jtc.cli import main
-    from jtc.io import read_aligned, read_states
-    from jtc.metrics import r2_score
-    from jtc.models import load_cached
+    from jtc.evaluation.r2 import r2_score
+    from jtc.files.io import read_aligned, read_states
+    from jtc.model.cache import load_cached
 
     workdir = tiny_run
     results = workdir / "results"

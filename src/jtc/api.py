@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import paths
-from .io import atomic_dir, read_json, read_table
-from .maps import ShortcutMap, load_map, read_metadata
+from jtc import paths
+from jtc.files.io import atomic_dir, read_json, read_table
+from jtc.shortcuts.maps import ShortcutMap, load_map, read_metadata
 
 MAP_NAME = "maps.safetensors"  # an export's map file
 EXPORT_FORMAT = "jtc-shortcuts-v2"  # v1: one map file per source layer
@@ -93,7 +93,7 @@ def _names(folder: Path, suffix: str | None = None) -> str:
 def results_problem(results: str | Path, model: str, corpus: str, method: str) -> str | None:
     """Why a results folder has no maps of a known `method` for `model` on `corpus`, naming
     what it has instead."""
-    from .methods import METHODS
+    from jtc.shortcuts.methods import METHODS
 
     results = Path(results)
     if not results.is_dir():
@@ -142,7 +142,7 @@ class Shortcuts:
     """One method's maps from every layer l to every later layer, for one model and corpus.
 
     `description` holds model, corpus, method, num_layers, hidden_size and architecture; `path`
-    is the method's map file (jtc.maps; none for id, the identity)."""
+    is the method's map file (jtc.shortcuts.maps; none for id, the identity)."""
 
     description: dict[str, Any]
     path: Path | None = None
@@ -170,7 +170,7 @@ class Shortcuts:
     ) -> Shortcuts:
         """The maps a workflow run fitted, from its results folder; an error names what the
         folder holds when it lacks them."""
-        from .methods import METHODS
+        from jtc.shortcuts.methods import METHODS
 
         if method not in METHODS:
             raise ValueError(f"unknown method '{method}': one of {', '.join(METHODS)}")
@@ -274,7 +274,7 @@ class Shortcuts:
         import torch
         import transformers
 
-        from . import __version__
+        from jtc import __version__
 
         folder = Path(folder)
         if self.path is None:
@@ -307,7 +307,9 @@ class Shortcuts:
             **self.description,
             "model_source": shareable_source(self.description.get("model_source")),
             "format": EXPORT_FORMAT,
-            "convention": f"{MAP_NAME}: maps from_{{l}}.to_{{l'}}.* for l < l'; see jtc.maps",
+            "convention": (
+                f"{MAP_NAME}: maps from_{{l}}.to_{{l'}}.* for l < l'; see jtc.shortcuts.maps"
+            ),
             "fit_statistics": statistics,
             "versions": {
                 "jtc": __version__,
@@ -327,8 +329,8 @@ class Lens:
     """A model, its decoder head and shortcuts: what each layer predicts on new text."""
 
     def __init__(self, model, tokenizer, info: dict[str, Any], shortcuts: list[Shortcuts]):
-        from .adapters import adapter_of
-        from .models import model_head
+        from jtc.model.adapters import adapter_of
+        from jtc.model.cache import model_head
 
         for shortcut in shortcuts:
             shortcut.check_model(info)
@@ -344,7 +346,7 @@ class Lens:
         """A Lens over a loaded Hugging Face model (causal or masked LM) and its tokenizer.
         `shortcuts`: Shortcuts, folders written by `export` (or `jtc export`), or "id"; each
         is checked against the model's width and depth."""
-        from .models import model_info
+        from jtc.model.cache import model_info
 
         info = model_info(name, model, tokenizer, "in memory")
         loaded = [
@@ -367,7 +369,7 @@ class Lens:
         """A Lens over a model loaded the way the workflow loads one (config `models.NAME.source`:
         a local folder or .gguf file, "package:NAME/PATH", or a Hugging Face hub id), with
         `shortcuts` as in `from_model`."""
-        from .models import load_from_source
+        from jtc.model.cache import load_from_source
 
         spec = {"source": source, "trust_remote_code": trust_remote_code}
         model, tokenizer, _, _ = load_from_source(Path(source).name or source, spec)
@@ -381,7 +383,7 @@ class Lens:
         corpus: str,
         methods: tuple[str, ...] = ("id", "mat"),
     ) -> Lens:
-        from .models import load_cached
+        from jtc.model.cache import load_cached
 
         # the shortcuts first: a missing model, corpus or method is named with what exists
         shortcuts = [Shortcuts.from_results(results, model, corpus, m) for m in methods]
@@ -400,7 +402,7 @@ class Lens:
         special tokens ([CLS], [SEP]) as they are."""
         import torch
 
-        from .recorders import StateRecorder
+        from jtc.model.hooks import StateRecorder
 
         ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]
         count = ids.shape[1]
@@ -425,7 +427,7 @@ class Lens:
     def predictions(self, text: str, k: int = 5, layers: list[int] | None = None) -> pa.Table:
         """Top-k tokens per method, layer and position: each layer's state mapped to the last
         layer by each method and decoded by the model's own head."""
-        from .decode import top_tokens
+        from jtc.evaluation.decode import top_tokens
 
         ids, states = self.hidden_states(text)
         last = len(states) - 1
@@ -491,7 +493,7 @@ class Lens:
         """The lens view: one layer × token panel per method, stacked, each cell the top-1 token
         read from that layer, coloured by `stat` (LENS_STATS) on a scale fitted to the values
         unless `scale` = (low, high) is given. Returns the table it shows (trajectories)."""
-        from .plots import lens_heatmap
+        from jtc.report.plots import lens_heatmap
 
         table = self.trajectories(text, stat)
         name = self.info.get("name", "model")
@@ -503,6 +505,6 @@ class Lens:
 
     def token(self, token_id) -> str:
         """The text of one token id, as the lens shows it."""
-        from .examples import token_text
+        from jtc.report.examples import token_text
 
         return token_text(self.tokenizer, int(token_id))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from jtc import __version__
 
     defaults = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .api import Lens, Shortcuts
+    from jtc.api import Lens, Shortcuts
 
     try:
         if args.command == "export":

@@ -15,7 +15,8 @@ PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs
 # a method's maps from every source layer (written by fit_map or, for the tuned lens, train_map)
 MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}.safetensors"
 PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per block part
-# the low-rank factorisation of the head that the shortlist exit check uses (jtc.shortlist)
+# the low-rank factorisation of the head that the shortlist exit check uses
+# (jtc.evaluation.shortlist)
 SHORTLIST = f"{RESULTS}/maps/{{model}}/{{corpus}}/shortlist.safetensors"
 SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
 REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/replaced.parquet"

@@ -10,18 +10,18 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
-from jtc.config import ConfigError, command_line_config
-from jtc.fingerprint import corpus_fingerprint, model_fingerprint
-from jtc.gpus import local_gpu
-from jtc.io import CorruptFileError, read_json
-from jtc.keep import Keeper, drop_stale
-from jtc.locks import clear_stale_locks, held_lock_message
-from jtc.methods import METHODS as METHOD_SPECS, applicable
-from jtc.parts import VARIANTS, jump_layers
-from jtc.planning import checked_config, gpu_problem, resolved_problem
-from jtc.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
+from jtc.workflow.config import ConfigError, command_line_config
+from jtc.workflow.fingerprint import corpus_fingerprint, model_fingerprint
+from jtc.workflow.gpus import local_gpu
+from jtc.files.io import CorruptFileError, read_json
+from jtc.workflow.keep import Keeper, drop_stale
+from jtc.workflow.locks import clear_stale_locks, held_lock_message
+from jtc.shortcuts.methods import METHODS as METHOD_SPECS, applicable
+from jtc.shortcuts.parts import VARIANTS, jump_layers
+from jtc.workflow.planning import checked_config, gpu_problem, resolved_problem
+from jtc.workflow.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
 from jtc.stages.report import headline_sources
-from jtc.stamps import (
+from jtc.files.stamps import (
     PlannedJob,
     damaged_outputs,
     leftovers,
@@ -29,12 +29,12 @@ from jtc.stamps import (
     replaced_outputs,
     stale_outputs,
 )
-from jtc.summary import run_summary
-from jtc.tracking import code_hash as _code_hash
-from jtc.watchdog import mark_run
+from jtc.workflow.summary import run_summary
+from jtc.workflow.tracking import code_hash as _code_hash
+from jtc.workflow.watchdog import mark_run
 
 try:
-    # --config key=value alone sets keys of config/config.yaml (jtc.config.command_line_config)
+    # --config key=value alone sets keys of config/config.yaml (jtc.workflow.config.command_line_config)
     _in_force = command_line_config(
         config,
         DEFAULT_CONFIG,
@@ -62,7 +62,7 @@ if workflow.is_main_process:
     if _held:
         print(_held, file=sys.stderr)
 
-# A failed job costs nothing already computed (jtc.keep): every output under results/ gets a
+# A failed job costs nothing already computed (jtc.workflow.keep): every output under results/ gets a
 # hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
 # are put back with Snakemake's record of them; a successful run drops the links.
 KEEPER = Keeper(
@@ -89,7 +89,7 @@ def _restore_kept():
 
 
 def _planned_jobs():
-    """The run's jobs as jtc.stamps sees them (Snakemake's DAG, known once the run starts)."""
+    """The run's jobs as jtc.files.stamps sees them (Snakemake's DAG, known once the run starts)."""
     dag = workflow.dag
     return [
         PlannedJob(
@@ -126,7 +126,7 @@ def _check_experiment():
 
 onstart:
     if workflow.local_exec:
-        mark_run()  # the jobs end themselves if this process is killed (jtc.watchdog)
+        mark_run()  # the jobs end themselves if this process is killed (jtc.workflow.watchdog)
     # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
     # refused before any job runs; a cluster's jobs run elsewhere and check it there
     _problem = gpu_problem(config["models"], _local_gpu)
@@ -179,7 +179,7 @@ wildcard_constraints:
 
 def code_hash(rule):
     """Hash of the code a rule's job runs: its script workflow/scripts/<rule>.py and every jtc
-    module that script can load (jtc.tracking), so that editing them reruns the rule."""
+    module that script can load (jtc.workflow.tracking), so that editing them reruns the rule."""
     return _code_hash(SRC, Path(workflow.basedir, "scripts", f"{rule}.py"))
 
 

@@ -32,9 +32,9 @@ def early_exit(
     from the cached model's info.json and the parameter table."""
     import numpy as np
 
-    from .. import early_exit as ee
-    from ..io import read_json, read_positions, read_table, write_table
-    from ..logs import ready
+    from jtc.evaluation import early_exit as ee
+    from jtc.files.io import read_json, read_positions, read_table, write_table
+    from jtc.logs import ready
 
     ready()
     positions, info = read_positions(val_dir)
@@ -69,9 +69,9 @@ def plot_early_exit(
 ) -> None:
     """Accuracy against mean layers run and against multiply-adds, per method: the λ sweep,
     the fixed exits, and the λ chosen for each target in sample and held out."""
-    from ..io import read_table
-    from ..logs import ready
-    from ..plots import early_exit_figure
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import early_exit_figure
 
     ready()
     early_exit_figure(read_table(table), f"{model} on {corpus}", png, pdf, read_table(savings))

@@ -11,7 +11,7 @@ def _all_layers(train_dir: str) -> tuple[list, int]:
     """The training states of every layer 0..L as float32, rows aligned with layer 0's."""
     import numpy as np
 
-    from ..io import read_aligned, read_json, read_states
+    from jtc.files.io import read_aligned, read_json, read_states
 
     last = read_json(f"{train_dir}/info.json")["num_layers"]
     ids, first = read_states(train_dir, 0, np.float32)
@@ -21,11 +21,12 @@ def _all_layers(train_dir: str) -> tuple[list, int]:
 
 def _metadata(states: list, model: str, corpus: str, method: str) -> dict:
     """A method's map file metadata: what was fitted, on how many sentences (`n_train`) and on
-    how many training rows (`training_rows`, read by jtc.underdetermined: the sentences, or for
+    how many training rows (`training_rows`, read by jtc.shortcuts.underdetermined: the sentences,
+    or for
     a map trained on the pooled pairs of every layer, sentences × layers). Warns (logger "jtc")
     when the rows are fewer than the width of the states, the inputs of one output coordinate."""
-    from ..methods import METHODS
-    from ..underdetermined import TRAINING_ROWS, warn_if_underdetermined
+    from jtc.shortcuts.methods import METHODS
+    from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_if_underdetermined
 
     sentences, width = states[0].shape
     pooled = len(states) - 1 if METHODS[method].one_map == "pooled" else 1
@@ -54,8 +55,8 @@ def fit_map(
     from every source layer, the states read once: mat and rrr in closed form (_closed_form),
     NJTC and N-NJTC trained by gradient descent (_trained). On the GPU when the job has one;
     torch is imported only when a trained method is asked for."""
-    from ..logs import ready
-    from ..methods import METHODS
+    from jtc.logs import ready
+    from jtc.shortcuts.methods import METHODS
 
     states, last = _all_layers(train_dir)
     ready()
@@ -74,10 +75,10 @@ def _closed_form(
     in the metric of the source states, into the layers NJTC fits."""
     from threadpoolctl import threadpool_limits
 
-    from ..devices import linalg_device
-    from ..fit import fit_source, fit_source_reduced_rank
-    from ..maps import MapWriter
-    from ..methods import fitted_targets, rank_of
+    from jtc.devices import linalg_device
+    from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import fitted_targets, rank_of
 
     method = meta["method"]
     device = linalg_device()
@@ -106,9 +107,9 @@ def _pooled(
     as every layer's map into the last."""
     import numpy as np
 
-    from ..maps import MapWriter
-    from ..methods import rank_of
-    from ..train import pair_seed, train_low_rank
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import rank_of
+    from jtc.shortcuts.train import pair_seed, train_low_rank
 
     sources = np.concatenate(states[:last])
     targets = np.concatenate([states[last]] * last)
@@ -132,13 +133,14 @@ def _selected(
     states: list, last: int, out: str, meta: dict, settings: dict, training, seed: int
 ) -> None:
     """One of the per-layer N-NJTC maps into the last layer (each trained from N-NJTC's seed
-    for its pair: with N-NJTC's settings, they are N-NJTC's maps), chosen by jtc.selection and
+    for its pair: with N-NJTC's settings, they are N-NJTC's maps), chosen by
+    jtc.shortcuts.selection and
     stored as every layer's map into the last (one_jump_selected)."""
-    from ..logs import Progress
-    from ..maps import MapWriter, ShortcutMap
-    from ..methods import rank_of
-    from ..selection import select_one_map
-    from ..train import pair_seed, train_low_rank
+    from jtc.logs import Progress
+    from jtc.shortcuts.maps import MapWriter, ShortcutMap
+    from jtc.shortcuts.methods import rank_of
+    from jtc.shortcuts.selection import select_one_map
+    from jtc.shortcuts.train import pair_seed, train_low_rank
 
     method = meta["method"]
     progress = Progress(last, f"train {method}", "candidate maps")
@@ -183,8 +185,8 @@ def train_map(
 ) -> None:
     """A method trained through the cached model's decoder head (the tuned lens): its maps from
     every source layer into the last, on a GPU if the job has one."""
-    from ..heads import load_decoder_head
-    from ..logs import ready
+    from jtc.logs import ready
+    from jtc.model.head import load_decoder_head
 
     states, last = _all_layers(train_dir)
     head = load_decoder_head(model_dir, model, threads)
@@ -204,14 +206,15 @@ def _trained(
     head=None,
 ) -> None:
     """Train a method's maps from every source layer to the target layers its settings ask for
-    (jtc.methods.fitted_targets), each pair from its own seed (so a map does not depend on which
+    (jtc.shortcuts.methods.fitted_targets), each pair from its own seed (so a map does not depend
+    on which
     others the job trains): by MSE (NJTC, N-NJTC), or by KL through `head` (the tuned lens)."""
     import torch
 
-    from ..logs import Progress
-    from ..maps import MapWriter
-    from ..methods import METHODS, fitted_targets, rank_of
-    from ..train import (
+    from jtc.logs import Progress
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import METHODS, fitted_targets, rank_of
+    from jtc.shortcuts.train import (
         TrainSettings,
         lens_reference,
         pair_seed,

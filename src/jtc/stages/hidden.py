@@ -16,9 +16,9 @@ def extract_hidden(
     **sampling: int | str,
 ) -> None:
     """The states h_0..h_L at one drawn position per sentence of a split (`sampling`: n, seed,
-    batch_size, max_tokens, dtype; see jtc.extract.record_states), one Parquet file per
+    batch_size, max_tokens, dtype; see jtc.data.extract.record_states), one Parquet file per
     layer, with positions.parquet and info.json."""
-    from ..extract import record_states
+    from jtc.data.extract import record_states
 
     record_states(
         model_dir,

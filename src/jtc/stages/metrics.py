@@ -11,10 +11,10 @@ def r2_table(
     its map file; None for id). On the GPU when the job has one."""
     from threadpoolctl import threadpool_limits
 
-    from ..devices import linalg_device
-    from ..io import read_aligned, read_json, read_states, write_table
-    from ..logs import ready
-    from ..metrics import layer_r2_table
+    from jtc.devices import linalg_device
+    from jtc.evaluation.r2 import layer_r2_table
+    from jtc.files.io import read_aligned, read_json, read_states, write_table
+    from jtc.logs import ready
 
     ready()
     n_layers = read_json(f"{val_dir}/info.json")["num_layers"]
@@ -28,10 +28,10 @@ def r2_table(
 def plot_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The r² heatmaps of every method in the table (source layer × target layer), side by
     side."""
-    from ..io import read_table
-    from ..logs import ready
-    from ..methods import METHODS
-    from ..plots import r2_heatmaps
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import r2_heatmaps
+    from jtc.shortcuts.methods import METHODS
 
     ready()
     r2 = read_table(table)
@@ -46,9 +46,9 @@ def parameter_table(
     """Parameters of one map (layer 0 into the last layer) per method (`map_files`: each
     method's map file), beside mat's d²; with the rows each method was fitted on (its map
     file's metadata) and whether they are fewer than the width (`underdetermined`, warned)."""
-    from ..io import read_json, write_table
-    from ..logs import ready
-    from ..maps import parameter_table as parameters
+    from jtc.files.io import read_json, write_table
+    from jtc.logs import ready
+    from jtc.shortcuts.maps import parameter_table as parameters
 
     ready()
     info = read_json(f"{model_dir}/info.json")
@@ -70,8 +70,12 @@ def with_training_rows(table, map_files: dict[str, str], *, model: str, corpus: 
     method."""
     import pyarrow as pa
 
-    from ..maps import read_metadata
-    from ..underdetermined import training_rows, underdetermined, warn_if_underdetermined
+    from jtc.shortcuts.maps import read_metadata
+    from jtc.shortcuts.underdetermined import (
+        training_rows,
+        underdetermined,
+        warn_if_underdetermined,
+    )
 
     rows = {method: training_rows(read_metadata(path)) for method, path in map_files.items()}
     counts, flags = [], []

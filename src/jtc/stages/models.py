@@ -10,8 +10,8 @@ log = logging.getLogger(__name__)
 def resolve_model(name: str, spec: dict, out: str) -> None:
     """Load the model from its source (hub id, folder, GGUF file, package folder) and cache it
     with its tokenizer and info.json."""
-    from ..logs import ready
-    from ..models import cache_model
+    from jtc.logs import ready
+    from jtc.model.cache import cache_model
 
     ready()
     log.info("cached %s: %s", name, cache_model(name, spec, out))

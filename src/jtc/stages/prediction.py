@@ -12,15 +12,16 @@ def fit_shortlist(
     model_dir: str, train_dir: str, out: str, *, model: str, rank: int, threads: int
 ) -> None:
     """The rank-`rank` factorisation of the head's unembedding that the shortlist exit check
-    uses (jtc.shortlist), weighted by the head's features of the training split's last-layer
+    uses (jtc.evaluation.shortlist), weighted by the head's features of the training split's
+    last-layer
     states."""
     import numpy as np
 
-    from ..decode import features_in_chunks
-    from ..heads import load_decoder_head
-    from ..io import read_json, read_states
-    from ..logs import ready
-    from ..shortlist import fit_factors, save_factors
+    from jtc.evaluation.decode import features_in_chunks
+    from jtc.evaluation.shortlist import fit_factors, save_factors
+    from jtc.files.io import read_json, read_states
+    from jtc.logs import ready
+    from jtc.model.head import load_decoder_head
 
     head = load_decoder_head(model_dir, model, threads)
     ready()
@@ -44,20 +45,22 @@ def decode_predictions(
     shortlist: str | None = None,
     candidates: int = 0,
 ) -> None:
-    """Per-position scores (jtc.decode.SCORE_COLUMNS) of every method at every layer of the
+    """Per-position scores (jtc.evaluation.decode.SCORE_COLUMNS) of every method at every layer of
+    the
     validation split (`maps`: each method's map file, None for id), into outs[method]; with a
     `shortlist` factorisation, also the shortlist check's on `candidates` tokens
-    (jtc.decode.SHORTLIST_COLUMNS). The head, the final prediction and each layer's states are
+    (jtc.evaluation.decode.SHORTLIST_COLUMNS). The head, the final prediction and each layer's
+    states are
     read once for all methods."""
     import numpy as np
     import pyarrow as pa
 
-    from ..decode import final_reference, score, score_table
-    from ..heads import load_decoder_head
-    from ..io import read_aligned, read_positions, write_table
-    from ..logs import Progress, ready
-    from ..maps import to_last_layer
-    from ..shortlist import Shortlist, load_factors
+    from jtc.evaluation.decode import final_reference, score, score_table
+    from jtc.evaluation.shortlist import Shortlist, load_factors
+    from jtc.files.io import read_aligned, read_positions, write_table
+    from jtc.logs import Progress, ready
+    from jtc.model.head import load_decoder_head
+    from jtc.shortcuts.maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
     check = Shortlist(head, load_factors(shortlist), candidates) if shortlist else None
@@ -94,10 +97,10 @@ def prediction_table(
     seed: int,
 ) -> None:
     """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
-    intervals (jtc.prediction.prediction_summary), and its CSV copy."""
-    from ..io import read_table, write_table
-    from ..logs import ready
-    from ..prediction import prediction_summary
+    intervals (jtc.evaluation.prediction.prediction_summary), and its CSV copy."""
+    from jtc.evaluation.prediction import prediction_summary
+    from jtc.files.io import read_table, write_table
+    from jtc.logs import ready
 
     ready()
     table = prediction_summary(
@@ -114,9 +117,9 @@ def prediction_table(
 
 def plot_prediction(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The prediction metrics by layer, one line per method."""
-    from ..io import read_table
-    from ..logs import ready
-    from ..plots import prediction_figure
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import prediction_figure
 
     ready()
     prediction_figure(read_table(table), f"{model} on {corpus}", png, pdf)
@@ -141,13 +144,20 @@ def prediction_examples(
     a table (`out`, and CSV), Markdown and the same as an HTML page (`page`)."""
     import numpy as np
 
-    from .. import examples
-    from ..decode import top_tokens
-    from ..heads import load_decoder_head
-    from ..io import atomic_path, read_aligned, read_json, read_positions, read_table, write_table
-    from ..logs import ready
-    from ..maps import to_last_layer
-    from ..pages import markdown_page
+    from jtc.report import examples
+    from jtc.evaluation.decode import top_tokens
+    from jtc.files.io import (
+        atomic_path,
+        read_aligned,
+        read_json,
+        read_positions,
+        read_table,
+        write_table,
+    )
+    from jtc.logs import ready
+    from jtc.model.head import load_decoder_head
+    from jtc.report.pages import markdown_page
+    from jtc.shortcuts.maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
     tokenizer = examples.load_tokenizer(model_dir)

@@ -15,7 +15,7 @@ DECODED_ONLY = ("prediction", "savings")
 
 def headline_sources(model: str, corpus: str, predicts: bool) -> dict[str, str]:
     """The tables of one model and corpus that the headline numbers read."""
-    from .. import paths
+    from jtc import paths
 
     return {
         name: paths.metric(file).format(model=model, corpus=corpus)
@@ -29,9 +29,9 @@ def headline_table(
 ) -> None:
     """The headline table of every (model, corpus, whether the model predicts) in `pairs`, and
     the landing page: the report's `template` (its text) followed by the headline section."""
-    from ..headline import Tables, headline_rows, headline_table, landing_section
-    from ..io import atomic_path, read_table, write_table
-    from ..logs import ready
+    from jtc.files.io import atomic_path, read_table, write_table
+    from jtc.logs import ready
+    from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
 
     ready()
     rows = []

@@ -23,7 +23,7 @@ def record_parts(
 ) -> None:
     """The input and output of every block part at the positions extract_hidden draws (same
     sentences, same positions), one Parquet file per (block, part, side)."""
-    from ..extract import record_states
+    from jtc.data.extract import record_states
 
     record_states(
         model_dir,
@@ -42,12 +42,12 @@ def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int
     (on the GPU when the job has one), written a block at a time."""
     from threadpoolctl import threadpool_limits
 
-    from ..devices import linalg_device
-    from ..io import read_json
-    from ..logs import ready
-    from ..maps import PartMapWriter
-    from ..parts import fit_parts as fit
-    from ..underdetermined import TRAINING_ROWS
+    from jtc.devices import linalg_device
+    from jtc.files.io import read_json
+    from jtc.logs import ready
+    from jtc.shortcuts.maps import PartMapWriter
+    from jtc.shortcuts.parts import fit_parts as fit
+    from jtc.shortcuts.underdetermined import TRAINING_ROWS
 
     info = read_json(f"{train_dir}/info.json")
     device = linalg_device()
@@ -70,7 +70,7 @@ def fit_parts(train_dir: str, out: str, *, model: str, corpus: str, threads: int
 def _warn_underdetermined_parts(model: str, corpus: str, rows: int, widths: dict[str, int]) -> None:
     """One warning (logger "jtc") for the parts whose maps were fitted on fewer rows than the
     part's input width."""
-    from ..underdetermined import warn_if_underdetermined
+    from jtc.shortcuts.underdetermined import warn_if_underdetermined
 
     flagged = sorted({w for w in widths.values() if rows < w})
     for width in flagged:
@@ -81,11 +81,11 @@ def _warn_underdetermined_parts(model: str, corpus: str, rows: int, widths: dict
 def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str) -> None:
     """r² of every (block, part) map on the recorded validation inputs and outputs (on the GPU
     when the job has one)."""
-    from ..devices import linalg_device
-    from ..io import write_table
-    from ..logs import ready
-    from ..maps import load_part_maps
-    from ..parts import part_r2_table as r2
+    from jtc.devices import linalg_device
+    from jtc.files.io import write_table
+    from jtc.logs import ready
+    from jtc.shortcuts.maps import load_part_maps
+    from jtc.shortcuts.parts import part_r2_table as r2
 
     ready()
     part_maps = load_part_maps(maps)
@@ -101,7 +101,7 @@ def with_part_training_rows(table, path: str, part_maps: dict):
     import pyarrow as pa
     from safetensors import safe_open
 
-    from ..underdetermined import training_rows, underdetermined
+    from jtc.shortcuts.underdetermined import training_rows, underdetermined
 
     with safe_open(str(path), framework="numpy") as handle:  # the header only, no tensors
         rows = training_rows(handle.metadata() or {})  # numbers stored as their JSON text
@@ -121,9 +121,9 @@ def with_part_training_rows(table, path: str, part_maps: dict):
 
 def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The block × part r² heatmap."""
-    from ..io import read_table
-    from ..logs import ready
-    from ..plots import part_r2_heatmap
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import part_r2_heatmap
 
     ready()
     part_r2_heatmap(read_table(table), f"sub-module r² — {model} on {corpus}", png, pdf)
@@ -157,14 +157,14 @@ def replace_parts(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..adapters import adapter_of, part_adapter
-    from ..decode import final_reference, score, score_table
-    from ..extract import pad_token_id, prepare_sentences
-    from ..io import CorruptFileError, read_aligned, read_positions, read_table, write_table
-    from ..logs import Progress, ready
-    from ..maps import load_part_maps
-    from ..models import load_head, load_model, model_head
-    from ..replace import prefix_states, replaced_final_states
+    from jtc.data.extract import pad_token_id, prepare_sentences
+    from jtc.evaluation.decode import final_reference, score, score_table
+    from jtc.files.io import CorruptFileError, read_aligned, read_positions, read_table, write_table
+    from jtc.logs import Progress, ready
+    from jtc.model.adapters import adapter_of, part_adapter
+    from jtc.model.cache import load_head, load_model, model_head
+    from jtc.shortcuts.maps import load_part_maps
+    from jtc.shortcuts.replace import prefix_states, replaced_final_states
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
     adapter = part_adapter(adapter_of(info))
@@ -246,9 +246,9 @@ def submodule_table(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..io import read_table, write_table
-    from ..logs import ready
-    from ..prediction import prediction_summary
+    from jtc.evaluation.prediction import prediction_summary
+    from jtc.files.io import read_table, write_table
+    from jtc.logs import ready
 
     ready()
     runs = read_table(replaced)
@@ -275,9 +275,9 @@ def submodule_table(
 
 def plot_submodules(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The prediction metrics of the replaced runs by jump layer, beside id and mat."""
-    from ..io import read_table
-    from ..logs import ready
-    from ..plots import prediction_figure
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import prediction_figure
 
     ready()
     prediction_figure(

@@ -1,0 +1,311 @@
+"""Models: resolve a config entry to weights (see sources.py for where they are looked for),
+cache them once as safetensors, load the cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.torch import save_model
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+
+from jtc.evaluation.decode import Head
+from jtc.files.io import CorruptFileError, atomic_dir, read_json
+from jtc.model.adapters import (
+    ADAPTERS,
+    MLM_HEAD_SUFFIXES,
+    NOT_TRANSFORMERS,
+    Adapter,
+    UnsupportedArchitecture,
+    adapter_of,
+    encoder_decoder_message,
+    not_transformer_message,
+    task_from_classes,
+)
+from jtc.model.discover import find_adapter
+from jtc.model.head import describe, parameter_names
+from jtc.model.manifest import check_manifest, write_manifest
+from jtc.model.sources import Candidate, ModelSourceError, candidates
+
+
+def task_of(config: transformers.PretrainedConfig) -> str:
+    """ "causal" or "masked": from a declared adapter, the checkpoint's classes, or the
+    language-model classes transformers has for the model type."""
+    model_type = str(config.model_type)
+    if model_type in ADAPTERS:
+        return ADAPTERS[model_type].task
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedArchitecture(encoder_decoder_message(model_type))
+    if model_type in NOT_TRANSFORMERS:
+        raise UnsupportedArchitecture(not_transformer_message(model_type))
+    task = task_from_classes(config.architectures or [])
+    if task is not None:
+        return task
+    from transformers.models.auto import modeling_auto
+
+    if model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(
+        config, "is_decoder", False
+    ):
+        return "masked"
+    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "causal"
+    raise UnsupportedArchitecture(
+        f"architecture '{model_type}': transformers has no causal or masked language-model "
+        "class for it; jtc reads decoder-only causal LMs and encoders (masked LMs)"
+    )
+
+
+def _auto_class(config: transformers.PretrainedConfig) -> type:
+    task = task_of(config)
+    if task == "causal":
+        return AutoModelForCausalLM
+    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in config.architectures or []):
+        return AutoModelForMaskedLM
+    return AutoModel
+
+
+# a model's compute dtype (models.NAME.dtype): the type of its cached weights and forward passes
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ComputeError(RuntimeError):
+    """A model's dtype or device_map that this job's machine cannot run."""
+
+
+def job_device() -> torch.device:
+    """The device of a workflow job: the GPU when one is visible, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def compute_problem(
+    name: str, dtype: str, device_map: str | None, device: torch.device
+) -> str | None:
+    """Why a model cannot run in `dtype` (and with `device_map`) on `device`, or None."""
+    if dtype not in DTYPES:
+        return f"model '{name}': models.{name}.dtype '{dtype}' is not one of {', '.join(DTYPES)}"
+    if device_map is not None:
+        if device.type != "cuda":
+            return (
+                f"model '{name}': models.{name}.device_map '{device_map}' spreads the model "
+                "over GPUs, but this job sees no CUDA device"
+            )
+        if importlib.util.find_spec("accelerate") is None:
+            return f"model '{name}': models.{name}.device_map needs the accelerate package"
+    if device.type == "cuda" and dtype == "bfloat16" and not _native_bf16():
+        return (
+            f"model '{name}': models.{name}.dtype bfloat16 is not supported by this GPU "
+            f"({torch.cuda.get_device_name(device)}); use float16 or float32"
+        )
+    return None
+
+
+def _native_bf16() -> bool:
+    """Whether the GPU computes in bfloat16 itself (NVIDIA Ampere and later), not emulated."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument never counted emulation
+        return torch.cuda.is_bf16_supported()
+
+
+def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if cand.gguf_file:
+        kwargs["gguf_file"] = cand.gguf_file
+    if cand.revision:
+        kwargs["revision"] = cand.revision
+    config = AutoConfig.from_pretrained(cand.location, **kwargs)
+    task = task_of(config)  # fails early on an unsupported architecture
+    model = _auto_class(config).from_pretrained(cand.location, dtype=DTYPES[dtype], **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(cand.location, **kwargs)
+    return model.eval(), tokenizer, find_adapter(model.eval(), task)
+
+
+def load_from_source(name: str, spec: dict[str, Any]):
+    """Load (model, tokenizer, candidate, adapter) from the first source that works."""
+    cands, tried = candidates(spec)
+    for cand in cands:
+        try:
+            trust = bool(spec.get("trust_remote_code", False))
+            model, tokenizer, adapter = _load(cand, trust, spec.get("dtype", "float32"))
+            return model, tokenizer, cand, adapter
+        except UnsupportedArchitecture as exc:  # the same wherever the weights come from
+            raise UnsupportedArchitecture(f"model '{name}': {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - each failure is reported to the user
+            reason = " ".join(str(exc).split())[:300]
+            tried.append(f"{cand.describe()} ({type(exc).__name__}: {reason})")
+    raise ModelSourceError(
+        f"model '{name}' (source '{spec['source']}') could not be loaded; tried: "
+        + "; ".join(tried)
+    )
+
+
+def has_decoder_head(model: PreTrainedModel, adapter: Adapter) -> bool:
+    try:
+        adapter.head(model)
+    except AttributeError:
+        return False
+    return True
+
+
+def model_info(
+    name: str, model: PreTrainedModel, tokenizer, source: str, adapter: Adapter | None = None
+) -> dict[str, Any]:
+    """What info.json says of a loaded model (`adapter`: found from the model if not given)."""
+    config = model.config
+    adapter = adapter or find_adapter(model, task_of(config))
+    blocks = adapter.blocks(model)
+    max_pos = getattr(config, "max_position_embeddings", None) or getattr(
+        config, "n_positions", None
+    )
+    embed = model.get_input_embeddings()
+    return {
+        "name": name,
+        "source": source,
+        "architecture": config.model_type,
+        "model_class": type(model).__name__,
+        "task": adapter.task,
+        "has_lm_head": has_decoder_head(model, adapter),
+        "adapter": adapter.to_json(),
+        "num_layers": len(blocks),
+        "hidden_size": int(config.hidden_size),
+        "vocab_size": int(embed.num_embeddings),
+        "max_positions": int(max_pos) if max_pos else None,
+        "mask_token_id": tokenizer.mask_token_id,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "non_embedding_parameters": adapter.non_embedding_parameters(model),
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+
+
+def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`."""
+    model, tokenizer, cand, adapter = load_from_source(name, spec)
+    config = model.config
+    if hasattr(config, "quantization_config"):  # GGUF weights are dequantised on load
+        del config.quantization_config
+    with atomic_dir(out_dir) as tmp:
+        config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(tmp)
+        info = model_info(name, model, tokenizer, cand.describe(), adapter)
+        info["dtype"] = spec.get("dtype", "float32")
+        try:
+            transform, unembedding = adapter.head(model)
+        except AttributeError:  # no decoder head (r² only)
+            pass
+        else:  # the head as plain operations, for the jobs that only decode (jtc.model.head)
+            head = describe(
+                model, transform, unembedding, adapter.logit_scale, adapter.logit_softcap
+            )
+            if head is not None:
+                info["head"] = head
+        (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        write_manifest(tmp)
+    return info
+
+
+def load_cached(
+    model_dir: str | Path, device: torch.device | None = None, device_map: str | None = None
+):
+    """(model, tokenizer, info) from a folder written by cache_model, its files checked
+    against its manifest first; no remote code is run. The model runs in its cached dtype
+    (models.NAME.dtype), on `device` (default the CPU) or spread by `device_map`
+    (models.NAME.device_map: where the model runs, not what is cached)."""
+    model_dir = Path(model_dir)
+    check_manifest(model_dir)
+    info = read_json(model_dir / "info.json")
+    dtype = info.get("dtype", "float32")
+    device = device or torch.device("cpu")
+    problem = compute_problem(info.get("name", model_dir.name), dtype, device_map, device)
+    if problem:
+        raise ComputeError(problem)
+    config = AutoConfig.from_pretrained(model_dir)
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    model = _auto_class(config).from_pretrained(model_dir, **kwargs).eval()
+    if device_map is None and device.type != "cpu":
+        model = model.to(device)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return model, tokenizer, info
+
+
+def load_model(model_dir: str | Path, threads: int, device_map: str | None = None):
+    """(model, tokenizer, info) of a cached model for a workflow job: torch limited to the
+    job's threads, the model on the GPU when the job has one (or spread by `device_map`)."""
+    torch.set_num_threads(threads)
+    return load_cached(model_dir, job_device(), device_map)
+
+
+def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
+    """The decoder head of a loaded model (NoDecoderHead, naming `name`, if it has none)."""
+    return Head.from_model(net, adapter_of(info), name)
+
+
+def _materialise(module: torch.nn.Module, path: str, names, weights, device: torch.device) -> None:
+    """Give a module built on the meta device (at `path` in the model) its cached tensors, in
+    float32, on `device`: each tensor under its own name, or under a name it is tied to when
+    the cache stores it once (a tied head and embedding)."""
+    stored_names = set(weights.keys())
+    wanted = {}
+    # every name of every tensor: to_empty below unties tied tensors (RoBERTa's lm_head.bias
+    # and lm_head.decoder.bias), so each name gets its own copy of the stored values
+    named = [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+    for local, tensor in named:
+        own = f"{path}.{local}" if path else local
+        stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
+        if stored:
+            wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
+    module.to_empty(device=device)
+    missing = module.load_state_dict(wanted, strict=False).missing_keys
+    persistent = {n for n, _ in module.named_parameters()}
+    if missing_params := sorted(set(missing) & persistent):
+        raise CorruptFileError(f"the cached weights lack the head tensors {missing_params}")
+
+
+def load_head(model_dir: str | Path, name: str, threads: int):
+    """(decoder head, tokenizer, info) of a cached model, in float32 on the job's device,
+    reading only the head's tensors (its final norm or transform and its unembedding) from the
+    cached safetensors: the rest of the model is never built. Gives the same head as
+    model_head(load_model(...)) for a float32 model."""
+    torch.set_num_threads(threads)
+    model_dir = Path(model_dir)
+    check_manifest(model_dir)
+    info = read_json(model_dir / "info.json")
+    config = AutoConfig.from_pretrained(model_dir)
+    adapter = adapter_of(info)
+    with torch.device("meta"):
+        skeleton = _auto_class(config).from_config(config, dtype=torch.float32)
+    try:
+        modules = adapter.head_modules(skeleton)
+    except AttributeError:
+        model_head(skeleton, info, name)  # raises NoDecoderHead, naming the model
+        raise
+    device = job_device()
+    names = parameter_names(skeleton)
+    with safe_open(model_dir / "model.safetensors", "pt") as weights:
+        done: list[str] = []
+        for path, module in modules:
+            if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
+                _materialise(module, path, names, weights, device)
+                done.append(path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    transform, unembedding = adapter.head(skeleton)
+    head = Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
+    return head, tokenizer, info

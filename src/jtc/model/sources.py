@@ -1,0 +1,182 @@
+"""Where a model's weights are looked for, and what can be known about them before loading.
+
+A source is tried in this order and every failure is reported:
+  1. "package:NAME/SUBPATH": a folder or .gguf file inside an installed Python package;
+  2. a local path: a model folder, or a .gguf file;
+  3. a Hugging Face hub id (with an optional revision).
+
+This module imports neither torch nor transformers: the workflow calls it while it plans.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jtc.model.adapters import (
+    ADAPTERS,
+    UnsupportedArchitecture,
+    architecture_problem,
+    missing_head_message,
+    part_adapter,
+    task_from_classes,
+)
+
+
+class ModelSourceError(RuntimeError):
+    """No source of a model could be loaded."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place to load weights from: a folder or hub id, and a GGUF file name within it."""
+
+    kind: str  # "package", "local", "hub"
+    location: str
+    gguf_file: str | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        where = f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
+        rev = f" @ {self.revision}" if self.revision else ""
+        return f"{self.kind} '{where}{rev}'"
+
+
+def _split_gguf(path: Path) -> tuple[str, str | None]:
+    if path.suffix.lower() == ".gguf":
+        return str(path.parent), path.name
+    return str(path), None
+
+
+def candidates(spec: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
+    """The sources to try for a config entry, and the reasons some were ruled out."""
+    source: str = spec["source"]
+    tried: list[str] = []
+    if source.startswith("package:"):
+        package, _, sub = source[len("package:") :].partition("/")
+        found = importlib.util.find_spec(package) if package else None
+        if found is None or not found.submodule_search_locations:
+            return [], [f"installed package '{package}' (not installed)"]
+        path = Path(list(found.submodule_search_locations)[0]) / sub
+        if not path.exists():
+            return [], [f"installed package '{package}' (has no '{sub}')"]
+        location, gguf = _split_gguf(path)
+        return [Candidate("package", location, gguf)], tried
+    path = Path(source).expanduser()
+    if path.exists():
+        location, gguf = _split_gguf(path.resolve())
+        return [Candidate("local", location, gguf)], tried
+    tried.append(f"local path '{source}' (does not exist)")
+    return [Candidate("hub", source, None, spec.get("revision"))], tried
+
+
+def local_config(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The config.json of a model folder found locally; None for hub ids, GGUF files, or a
+    folder without a readable config (resolve_model then reports the full story)."""
+    cands, _ = candidates(spec)
+    if not cands or cands[0].kind == "hub" or cands[0].gguf_file:
+        return None
+    try:
+        config = json.loads((Path(cands[0].location) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def local_width(spec: dict[str, Any]) -> int | None:
+    """The width (hidden size) of a locally found model, from its config.json (None if unknown)."""
+    config = local_config(spec) or {}
+    for key in ("hidden_size", "n_embd", "d_model"):
+        if isinstance(config.get(key), int) and not isinstance(config[key], bool):
+            return config[key]
+    return None
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a source can only be a local path, never a hub id (`name` or `org/name`): it is
+    absolute, starts with ./, ../ or ~, names a .gguf file, or has a slash a hub id cannot."""
+    if source.startswith(("/", "./", "../", "~", "\\")) or source in (".", ".."):
+        return True
+    if source.lower().endswith(".gguf") or "\\" in source:
+        return True
+    return "/" in source and (not _HUB_ID.match(source) or ".." in source.split("/"))
+
+
+def source_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """While planning: a package source that is not installed (or lacks the path), or a source
+    that can only be a local path and does not exist. Both are refused before resolve_model
+    runs, so a typo never replaces a cached model with a failed job."""
+    source: str = spec["source"]
+    key = f"config key 'models.{name}.source'"
+    if source.startswith("package:"):
+        cands, tried = candidates(spec)
+        return None if cands else f"{key}: {tried[0]}"
+    if looks_like_path(source) and not Path(source).expanduser().exists():
+        return f"{key}: local path '{source}' does not exist (a path is never a hub id)"
+    return None
+
+
+def local_num_layers(spec: dict[str, Any]) -> int | None:
+    """The block count of a locally found model, from its config.json (None if unknown)."""
+    config = local_config(spec) or {}
+    for key in ("num_hidden_layers", "n_layer"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def planning_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """What is already known to be wrong with a model entry before any weights are loaded: an
+    architecture without an adapter, prediction asked of a model without a decoder head, or a
+    device_map without the accelerate package."""
+    if spec.get("device_map") is not None and importlib.util.find_spec("accelerate") is None:
+        return (
+            f"model '{name}': models.{name}.device_map needs the accelerate package "
+            "(pip install accelerate)"
+        )
+    config = local_config(spec)
+    if config is None:
+        return None
+    model_type = str(config.get("model_type"))
+    problem = architecture_problem(model_type, config)
+    if problem:
+        return f"model '{name}': {problem}"
+    architectures = config.get("architectures") or []
+    declared = ADAPTERS.get(model_type)
+    if declared is not None:
+        task, has_head = declared.task, declared.has_head(architectures)
+    else:  # found when the model is cached; a checkpoint's classes tell whether it has a head
+        task = task_from_classes(architectures)
+        if task is None and config.get("auto_map") and not spec.get("trust_remote_code"):
+            return (
+                f"model '{name}': its config.json asks for custom code (auto_map, model type "
+                f"'{model_type}'), which jtc runs only with models.{name}.trust_remote_code: "
+                "true (off by default: set it only for code you trust)"
+            )
+        # (custom code's classes tell nothing: known once the model is cached)
+        has_head = task is not None or not architectures or bool(config.get("auto_map"))
+    if spec.get("predict", True) and not has_head:
+        return missing_head_message(name, task, "/".join(architectures) or "no head class")
+    return None
+
+
+def part_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """An architecture, known before loading, whose block parts jtc cannot name."""
+    config = local_config(spec)
+    if config is None:
+        return None
+    declared = ADAPTERS.get(str(config.get("model_type")))
+    if declared is None:
+        return None  # known once the model is cached (jtc.workflow.planning.resolved_problem)
+    try:
+        part_adapter(declared)
+    except UnsupportedArchitecture as err:
+        return f"model '{name}': {err}"
+    return None

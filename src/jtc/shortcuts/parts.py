@@ -1,0 +1,117 @@
+"""Linear shortcuts across sub-modules (torch-free): a least-squares map per (block, part) from
+the part's recorded input to its output, its r² on held-out states, and which parts each
+replacement variant swaps for its maps.
+
+Blocks are numbered 1..L (block b maps h_{b-1} to h_b); the parts are jtc.model.adapters.PART_NAMES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from jtc.evaluation.r2 import shortcut_r2
+from jtc.files.io import part_file, read_json, read_site, read_site_aligned, rows_table
+from jtc.shortcuts.closed_form import fit_source
+from jtc.shortcuts.maps import ShortcutMap
+
+if TYPE_CHECKING:
+    import torch
+
+# replacement variant -> the parts it replaces by their maps in every block after the jump
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "mat_attn": ("attn",),
+    "mat_ffn": ("ffn",),
+    "mat_ln": ("attn_norm", "ffn_norm"),
+}
+
+PART_R2_COLUMNS = {
+    "model": pa.string(),
+    "corpus": pa.string(),
+    "block": pa.int32(),  # 1..L
+    "part": pa.string(),  # attn_norm, attn, ffn_norm, ffn
+    "module": pa.string(),  # the architecture's module(s), e.g. ln_1 or attention.self->...dense
+    "r2": pa.float64(),
+}
+
+
+def jump_layers(configured: list[int], stride: int, num_layers: int) -> list[int]:
+    """The jump layers to evaluate: the configured ones, or if none every `stride`-th layer
+    from 0, and L-1 (stride 1: every layer 0..L-1)."""
+    if configured:
+        return sorted(configured)
+    return sorted({*range(0, num_layers, stride), num_layers - 1})
+
+
+def jump_problem(model: str, num_layers: int, configured: list[int]) -> str | None:
+    """A configured jump layer outside 0..L for a model of `num_layers` blocks."""
+    bad = [x for x in configured if not 0 <= x <= num_layers]
+    if bad:
+        return (
+            f"config key 'submodules.jump_layers': layers {bad} are outside 0..{num_layers} for "
+            f"model '{model}' ({num_layers} layers)"
+        )
+    return None
+
+
+def recorded_parts(states_dir: str | Path) -> dict[str, str]:
+    """{part name: module description} of a folder of recorded parts (its info.json)."""
+    info = read_json(Path(states_dir) / "info.json")
+    return {name: "->".join(dict.fromkeys(paths)) for name, paths in info["parts"].items()}
+
+
+def fit_parts(
+    train_dir: str | Path,
+    blocks: Sequence[int] | None = None,
+    device: torch.device | None = None,
+) -> tuple[dict[tuple[int, str], np.ndarray], dict]:
+    """The no-intercept least-squares weight (d_out, d_in) of every part of `blocks` (default
+    all, 1..L), and the solver used for each, from the recorded training inputs and outputs
+    (on `device`, a GPU, when given)."""
+    if blocks is None:
+        blocks = range(1, read_json(Path(train_dir) / "info.json")["num_layers"] + 1)
+    parts = recorded_parts(train_dir)
+    weights: dict[tuple[int, str], np.ndarray] = {}
+    solvers: dict[str, str] = {}
+    for block in blocks:
+        for part in parts:
+            ids, x = read_site(part_file(train_dir, block, part, "in"))
+            y = read_site_aligned(part_file(train_dir, block, part, "out"), ids, np.float32)
+            fitted, solver = fit_source(x, [(0, y)], device)
+            weights[(block, part)] = fitted[0]
+            solvers[f"{block}.{part}"] = solver
+    return weights, solvers
+
+
+def part_r2_table(
+    val_dir: str | Path,
+    maps: dict[tuple[int, str], ShortcutMap],
+    *,
+    model: str,
+    corpus: str,
+    device: torch.device | None = None,
+) -> pa.Table:
+    """r² of every (block, part) map on the recorded validation inputs and outputs (on
+    `device`, a GPU, when given)."""
+    modules = recorded_parts(val_dir)
+    rows = []
+    for (block, part), shortcut in sorted(maps.items()):
+        if part not in modules:
+            raise ValueError(f"the maps have part '{part}', which {val_dir} did not record")
+        ids, x = read_site(part_file(val_dir, block, part, "in"))
+        y = read_site_aligned(part_file(val_dir, block, part, "out"), ids)
+        rows.append(
+            {
+                "model": model,
+                "corpus": corpus,
+                "block": block,
+                "part": part,
+                "module": modules[part],
+                "r2": shortcut_r2(y, x, shortcut, device),
+            }
+        )
+    return rows_table(rows, PART_R2_COLUMNS)
