@@ -31,6 +31,7 @@ from jtc.evaluation.decode import Head  # noqa: E402
 from jtc.evaluation.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
+from jtc.settings import EarlyExitSettings  # noqa: E402
 from jtc.shortcuts.maps import load_map  # noqa: E402
 from jtc.stages.early_exit import early_exit  # noqa: E402
 
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=40, help="tokens run through the model")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rule = ExitRule()
+    rule = ExitRule.of(EarlyExitSettings.defaults())
     rng = np.random.default_rng(0)
     conf, correct = rng.uniform(0, 1, (3000, 49)), rng.uniform(size=(3000, 49)) < 0.5
     pos = rng.integers(0, 60, 3000)

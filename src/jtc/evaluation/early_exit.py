@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jtc.files.io import CorruptFileError, rows_table
+from jtc.settings import EarlyExitSettings
 
 if TYPE_CHECKING:  # torch only where the model runs: the sweep stage is numpy
     from torch import nn
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # torch only where the model runs: the sweep stage is numpy
 log = logging.getLogger(__name__)
 
 # λ from -0.12 (threshold below 0: every token exits at min_layer) to 1.12 (above 1: none does)
-DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))
 SWEEP_COLUMNS = {
     "model": pa.string(),
     "corpus": pa.string(),
@@ -75,10 +75,16 @@ SAVINGS_COLUMNS = {
 
 @dataclass(frozen=True)
 class ExitRule:
-    tau: float = 4.0
-    lambda_weight: float = 0.9
-    decay_weight: float = 0.1
-    min_layer: int = 1
+    """The exit threshold lambda_weight·λ + decay_weight·exp(−tau·t/N), from min_layer on."""
+
+    tau: float
+    lambda_weight: float
+    decay_weight: float
+    min_layer: int
+
+    @classmethod
+    def of(cls, settings: EarlyExitSettings) -> ExitRule:
+        return cls(settings.tau, settings.lambda_weight, settings.decay_weight, settings.min_layer)
 
     def thresholds(self, lambdas: np.ndarray, positions: np.ndarray, mean_length: float):
         """(len(lambdas), len(positions)) thresholds."""
@@ -373,23 +379,21 @@ def exit_tables(
     scores: dict[str, pa.Table],
     positions: pa.Table,
     last: int,
-    rule: ExitRule,
-    lambdas: np.ndarray,
-    targets: list[float],
+    settings: EarlyExitSettings,
     costs: dict[str, ExitCost],
     *,
     model: str,
     corpus: str,
-    check_every: tuple[int, ...] = (1,),
-    folds: int = 2,
     seed: int = 0,
     shortlist: float | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """(the λ sweep and fixed exits of every method, SWEEP_COLUMNS; the fewest layers at each
     target accuracy, in sample and held out, SAVINGS_COLUMNS) from each method's per-position
     scores on the validation `positions`, for each check the scores hold (checks_in) and each
-    check interval; `costs` per method (the full check's), `shortlist` the multiply-adds of one
-    shortlist check (shortlist_macs), needed where the scores hold that check."""
+    check interval of `settings`; `costs` per method (the full check's), `shortlist` the
+    multiply-adds of one shortlist check (shortlist_macs), needed where the scores hold that
+    check."""
+    rule, lambdas = ExitRule.of(settings), np.asarray(settings.lambda_grid(), dtype=np.float64)
     common = {"model": model, "corpus": corpus}
     t = positions.column("position").to_numpy()
     rows, saved = [], []
@@ -408,15 +412,15 @@ def exit_tables(
                 cost = dataclasses.replace(cost, check=shortlist)
             priced = (cost, cost.full(t, last), last)
             key = {**common, "method": method, "check": check}
-            for every in check_every:
+            for every in settings.check_every:
                 result = sweep(confidence, correct, t, lambdas, rule, every=every)
                 rows += _sweep_rows(key, every, result, priced)
-                for target in targets:
+                for target in settings.targets:
                     best = _fewest_layers(result, target)
                     if best is not None:
                         picked = _at(result, best)
                         saved.append(_saving(key, "in_sample", every, target, picked, priced))
-                    outside = held_out(data, lambdas, rule, target, every, folds, seed)
+                    outside = held_out(data, lambdas, rule, target, every, settings.folds, seed)
                     saved.append(_saving(key, "held_out", every, target, outside, priced))
         _, _, correct = arrays["full"]
         cost = costs[method]
