@@ -15,6 +15,7 @@ Run: .venv/bin/python bench/bench_early_exit.py [--threads 2]  (after the defaul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -95,14 +96,10 @@ def main() -> None:
             str(out / "v.parquet"),
             model="smollm2",
             corpus="news",
-            lambdas=list(lambdas),
-            tau=4.0,
-            lambda_weight=0.9,
-            decay_weight=0.1,
-            min_layer=1,
-            targets=[0.9, 0.95, 0.99],
-            check_every=[1],
-            folds=2,
+            # the default experiment's rule, every layer checked, no shortlist check
+            settings=dataclasses.asdict(
+                EarlyExitSettings.defaults(lambdas=list(lambdas), check_every=[1], shortlist_rank=0)
+            ),
             seed=0,
         )
 

@@ -10,10 +10,8 @@ from jtc.data.extract import prepare_inputs
 from jtc.evaluation.decode import Head
 from jtc.evaluation.early_exit import (
     Arrays,
-    ExitCost,
     ExitRule,
     exit_layers,
-    exit_tables,
     fold_of,
     held_out,
     layer_arrays,
@@ -21,6 +19,7 @@ from jtc.evaluation.early_exit import (
     run_with_early_exit,
     sweep,
 )
+from jtc.evaluation.exit_tables import ExitCost, exit_tables
 from jtc.files.io import read_json, read_table
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import load_cached

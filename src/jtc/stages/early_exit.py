@@ -21,7 +21,7 @@ def early_exit(
     target accuracies (λ chosen in sample and held out), from the per-position scores of
     decode_predictions, for the full check and (shortlist_rank > 0) the shortlist check; the costs
     from the cached model's info.json and the parameter table. `settings`: config early_exit."""
-    from jtc.evaluation import early_exit as ee
+    from jtc.evaluation import exit_tables as ee
     from jtc.files.io import read_json, read_positions, read_table, write_table
     from jtc.logs import ready
     from jtc.settings import EarlyExitSettings
