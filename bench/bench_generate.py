@@ -31,6 +31,7 @@ from jtc.evaluation.generate import generate  # noqa: E402
 from jtc.evaluation.shortlist import Shortlist, load_factors  # noqa: E402
 from jtc.files.io import read_positions, read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
+from jtc.settings import EarlyExitSettings  # noqa: E402
 
 MODEL, CORPUS, TARGETS = "smollm2", "news", (0.95, 0.9)
 # (check, interval): the paper's full check at every layer; the shortlist check at every layer
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     head = Head.from_model(model, adapter)
     positions, _ = read_positions(results / f"hidden/{MODEL}/{CORPUS}/validation")
     length = mean_prefix_length(positions.column("position").to_numpy())
-    rule = ExitRule()  # the default experiment's rule
+    rule = ExitRule.of(EarlyExitSettings.defaults())  # the default experiment's rule
     mat = Shortcuts.from_results(results, MODEL, CORPUS, "mat")
     shortcuts = {"id": lambda _layer, h: h, "mat": lambda layer, h: mat.apply(h, source=layer)}
     inputs = prompts(results, tokenizer, args.prompts)

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from jtc.data import corpus
+from jtc.data import corpus, sources
 from jtc.data.corpus import CorpusError
 
 LEIPZIG_LINES = [
@@ -66,7 +66,7 @@ def test_wiki_markup_is_stripped():
         "'''Anarchism''' is a [[political philosophy|philosophy]] that {{cite|x={{y}}}} "
         "rejects [[hierarchy]].<ref>Some ref</ref>"
     )
-    assert " ".join(corpus.strip_wiki_markup(text).split()) == (
+    assert " ".join(sources.strip_wiki_markup(text).split()) == (
         "Anarchism is a philosophy that rejects hierarchy."
     )
 
@@ -102,7 +102,7 @@ def test_text_file_with_odd_bytes(tmp_path):
         b"A perfectly fine sentence is here.\n\n\xff\xfe broken bytes are in this one.\n"
         b"Another fine sentence is on this line.\n"
     )
-    table = corpus.sentence_table(corpus.read_text_file(path), "mine", 0, 0.25)
+    table = corpus.sentence_table(sources.read_text_file(path), "mine", 0, 0.25)
     assert table.column("text").to_pylist() == [
         "A perfectly fine sentence is here.",
         "Another fine sentence is on this line.",
@@ -111,7 +111,7 @@ def test_text_file_with_odd_bytes(tmp_path):
 
 def test_leipzig_archive_is_read_without_extracting(tmp_path):
     archive = leipzig_archive(tmp_path / "c.tar.gz")
-    pairs = list(corpus.read_leipzig(archive))
+    pairs = list(sources.read_leipzig(archive))
     assert len(pairs) == 40 and pairs[0][0].startswith("This is sentence number 1 ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tar.gz"]
 
@@ -128,26 +128,26 @@ def test_leipzig_archive_is_read_without_extracting(tmp_path):
 def test_hostile_archives_are_refused(tmp_path, name, data, kind, problem):
     archive = make_tar(tmp_path / "bad.tar.gz", [(name, data, kind)])
     with pytest.raises(CorpusError, match=problem):
-        list(corpus.read_leipzig(archive))
+        list(sources.read_leipzig(archive))
 
 
 def test_download_checks_sha256(tmp_path):
     archive = leipzig_archive(tmp_path / "src.tar.gz")
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     dest = tmp_path / "data" / "c.tar.gz"
-    assert corpus.download(archive.as_uri(), dest, digest) == digest
+    assert sources.download(archive.as_uri(), dest, digest) == digest
     assert dest.read_bytes() == archive.read_bytes()
 
     bad = tmp_path / "data" / "d.tar.gz"
     with pytest.raises(CorpusError, match="checksum mismatch"):
-        corpus.download(archive.as_uri(), bad, "0" * 64)
+        sources.download(archive.as_uri(), bad, "0" * 64)
     assert not bad.exists()
     assert (tmp_path / "data" / "d.tar.gz.rejected").read_bytes() == archive.read_bytes()
 
 
 def test_unreachable_url(tmp_path):
     with pytest.raises(CorpusError, match="cannot download"):
-        corpus.download((tmp_path / "missing.tar.gz").as_uri(), tmp_path / "x.tar.gz", None)
+        sources.download((tmp_path / "missing.tar.gz").as_uri(), tmp_path / "x.tar.gz", None)
 
 
 # --- bounded inputs --------------------------------------------------------------------------
@@ -158,35 +158,35 @@ needs_dev_zero = pytest.mark.skipif(not os.path.exists(DEV_ZERO), reason="no /de
 
 def test_text_file_refuses_directories_and_devices(tmp_path):
     with pytest.raises(CorpusError, match="is a directory, not a regular file"):
-        list(corpus.read_text_file(tmp_path))
+        list(sources.read_text_file(tmp_path))
     with pytest.raises(CorpusError, match="does not exist"):
-        list(corpus.read_text_file(tmp_path / "missing.txt"))
+        list(sources.read_text_file(tmp_path / "missing.txt"))
     if os.path.exists(DEV_ZERO):
         with pytest.raises(CorpusError, match="'/dev/zero' is a character device"):
-            list(corpus.read_source({"source": "text_file", "path": DEV_ZERO}))
+            list(sources.read_source({"source": "text_file", "path": DEV_ZERO}))
 
 
 def test_text_file_larger_than_its_limit_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "text.txt"
     path.write_text("A perfectly fine sentence is here.\n" * 100)  # 3,500 bytes
     with pytest.raises(CorpusError, match=r"is 3500 bytes, more than the limit of 1000 bytes"):
-        list(corpus.read_source({"source": "text_file", "path": str(path), "max_bytes": 1000}))
-    monkeypatch.setattr(corpus, "MAX_TEXT_FILE_BYTES", 3499)  # the default limit
+        list(sources.read_source({"source": "text_file", "path": str(path), "max_bytes": 1000}))
+    monkeypatch.setattr(sources, "MAX_TEXT_FILE_BYTES", 3499)  # the default limit
     with pytest.raises(CorpusError, match="limit of 3499 bytes"):
-        list(corpus.read_text_file(path))
-    assert len(list(corpus.read_text_file(path, max_bytes=3500))) == 100
+        list(sources.read_text_file(path))
+    assert len(list(sources.read_text_file(path, max_bytes=3500))) == 100
 
 
 @needs_dev_zero
 def test_an_endless_stream_is_cut_at_the_limit(monkeypatch):
     """/dev/zero passed off as a file (stat size 0): the bytes read are capped, not the size."""
-    monkeypatch.setattr(corpus, "file_problem", lambda path: None)
+    monkeypatch.setattr(sources, "file_problem", lambda path: None)
     with pytest.raises(CorpusError, match="more than the limit of 5000 bytes"):
-        list(corpus.read_text_file(DEV_ZERO, max_bytes=5000))
+        list(sources.read_text_file(DEV_ZERO, max_bytes=5000))
 
 
 def test_overlong_lines_are_skipped_with_a_warning(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(corpus, "MAX_LINE_CHARS", 50)
+    monkeypatch.setattr(sources, "MAX_LINE_CHARS", 50)
     path = tmp_path / "text.txt"
     path.write_bytes(
         b"A perfectly fine sentence is here.\r\n"
@@ -198,7 +198,7 @@ def test_overlong_lines_are_skipped_with_a_warning(tmp_path, monkeypatch, caplog
         + b"\nLast line has no newline at all"
     )
     with caplog.at_level("WARNING"):
-        pairs = list(corpus.read_text_file(path))
+        pairs = list(sources.read_text_file(path))
     assert [(line.rstrip("\n"), doc) for line, doc in pairs] == [
         ("A perfectly fine sentence is here.", "line-1"),
         ("Another fine sentence is on this line.", "line-3"),
@@ -209,12 +209,12 @@ def test_overlong_lines_are_skipped_with_a_warning(tmp_path, monkeypatch, caplog
 
 
 def test_leipzig_overlong_line_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_LINE_CHARS", 100)
+    monkeypatch.setattr(sources, "MAX_LINE_CHARS", 100)
     body = (
         "\n".join([*LEIPZIG_LINES[:2], "3\t" + "w " * 200, *LEIPZIG_LINES[3:5]]) + "\n"
     ).encode()
     archive = make_tar(tmp_path / "c.tar.gz", [("x/x-sentences.txt", body, "file")])
-    assert [d for _, d in corpus.read_leipzig(archive)] == [
+    assert [d for _, d in sources.read_leipzig(archive)] == [
         "leipzig-1",
         "leipzig-2",
         "leipzig-4",
@@ -227,7 +227,7 @@ def test_line_count_while_planning_matches_iteration(tmp_path):
         path = tmp_path / "t.txt"
         path.write_bytes(data)
         with open(path, "rb") as handle:
-            assert corpus._count_lines(path) == sum(1 for _ in handle)
+            assert sources._count_lines(path) == sum(1 for _ in handle)
 
 
 def test_download_larger_than_its_limit_is_refused_and_deleted(tmp_path, monkeypatch):
@@ -235,12 +235,12 @@ def test_download_larger_than_its_limit_is_refused_and_deleted(tmp_path, monkeyp
     size = archive.stat().st_size
     dest = tmp_path / "data" / "c.tar.gz"
     with pytest.raises(CorpusError, match=rf"is {size} bytes, more than the limit of {size - 1}"):
-        corpus.download(archive.as_uri(), dest, None, max_bytes=size - 1)
+        sources.download(archive.as_uri(), dest, None, max_bytes=size - 1)
     assert list((tmp_path / "data").iterdir()) == []
-    monkeypatch.setattr(corpus, "MAX_DOWNLOAD_BYTES", size - 1)  # the default limit
+    monkeypatch.setattr(sources, "MAX_DOWNLOAD_BYTES", size - 1)  # the default limit
     with pytest.raises(CorpusError, match=f"limit of {size - 1} bytes"):
-        corpus.download(archive.as_uri(), dest, None)
-    corpus.download(archive.as_uri(), dest, None, max_bytes=size)
+        sources.download(archive.as_uri(), dest, None)
+    sources.download(archive.as_uri(), dest, None, max_bytes=size)
     assert dest.read_bytes() == archive.read_bytes()
 
 
@@ -248,11 +248,11 @@ def test_download_larger_than_its_limit_is_refused_and_deleted(tmp_path, monkeyp
 def test_download_of_a_device_is_refused(tmp_path, monkeypatch):
     dest = tmp_path / "data" / "c.tar.gz"
     with pytest.raises(CorpusError, match="'/dev/zero' is a character device"):
-        corpus.download("file:///dev/zero", dest, None)
+        sources.download("file:///dev/zero", dest, None)
     with pytest.raises(CorpusError, match="is a directory"):
-        corpus.download(tmp_path.as_uri(), dest, None)
+        sources.download(tmp_path.as_uri(), dest, None)
     # past the check (as an endless HTTP body would be): cut at the limit, the part deleted
-    monkeypatch.setattr(corpus, "file_problem", lambda path: None)
+    monkeypatch.setattr(sources, "file_problem", lambda path: None)
     with pytest.raises(CorpusError, match=r"has more than the limit of 3145728 bytes; refused"):
-        corpus.download("file:///dev/zero", dest, None, max_bytes=3 << 20)
+        sources.download("file:///dev/zero", dest, None, max_bytes=3 << 20)
     assert list((tmp_path / "data").iterdir()) == []

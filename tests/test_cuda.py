@@ -43,6 +43,7 @@ from jtc.model.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.model.cache import cache_model, load_cached, model_info
 from jtc.model.hooks import PartRecorder, part_sites
 from jtc.shortcuts.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
+from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import VARIANTS
 from jtc.shortcuts.replace import prefix_states, replaced_final_states
 from jtc.shortcuts.train import lens_loss
@@ -540,6 +541,7 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
     of the CPU job's shapes whose loss is no worse than a loose bound over the CPU job's."""
     work = project(kind)
     settings = {
+        **METHODS[method].defaults,
         "rank": None,
         "targets": "all",
         "learning_rate": 0.01,

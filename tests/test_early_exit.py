@@ -1,5 +1,7 @@
 """Early exit: the vectorised λ sweep against running the model block by block and stopping."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from test_prediction import LAYERS, decode, validation  # noqa: F401 - the fixture
@@ -8,10 +10,8 @@ from jtc.data.extract import prepare_inputs
 from jtc.evaluation.decode import Head
 from jtc.evaluation.early_exit import (
     Arrays,
-    ExitCost,
     ExitRule,
     exit_layers,
-    exit_tables,
     fold_of,
     held_out,
     layer_arrays,
@@ -19,10 +19,17 @@ from jtc.evaluation.early_exit import (
     run_with_early_exit,
     sweep,
 )
+from jtc.evaluation.exit_tables import ExitCost, exit_tables
 from jtc.files.io import read_json, read_table
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import load_cached
+from jtc.settings import EarlyExitSettings
 from jtc.shortcuts.maps import to_last_layer
+
+
+def exit_rule(**changes) -> ExitRule:
+    """The default experiment's exit rule (the schema's defaults), with `changes`."""
+    return ExitRule.of(EarlyExitSettings.defaults(**changes))
 
 
 def model_inputs(work, tokenizer, info):
@@ -55,7 +62,7 @@ def test_sweep_equals_running_the_model_and_stopping(validation, method):  # noq
     )
     positions = read_table(work / "val" / "positions.parquet")
     t = positions.column("position").to_numpy()
-    rule = ExitRule(tau=4.0, min_layer=1)
+    rule = exit_rule(tau=4.0, min_layer=1)
     length = mean_prefix_length(t)
     # λ spread over the confidences actually seen, so that tokens exit at different layers
     decay = rule.decay_weight * np.exp(-rule.tau * t / length)
@@ -94,7 +101,7 @@ def test_extreme_lambdas_and_min_layer():
     correct[:, last] = True
     t = rng.integers(0, 30, size=n)
     above = confidence.max() / 0.9 + 0.01  # threshold above every confidence
-    result = sweep(confidence, correct, t, np.array([-5.0, 0.3, above]), ExitRule(min_layer=3))
+    result = sweep(confidence, correct, t, np.array([-5.0, 0.3, above]), exit_rule(min_layer=3))
     assert result.mean_layers[0] == 3 and result.early_fraction[0] == 1.0
     assert result.accuracy[0] == correct[:, 3].mean()
     assert result.mean_layers[2] == last and result.accuracy[2] == 1.0
@@ -102,7 +109,7 @@ def test_extreme_lambdas_and_min_layer():
     with pytest.raises(ValueError, match="min_layer 7 is outside 1..6"):
         exit_layers(confidence, np.zeros((1, n)), 7)
     # min_layer = L: nothing is checked, every token runs to the end
-    none = sweep(confidence, correct, t, np.array([-5.0, 0.3]), ExitRule(min_layer=last))
+    none = sweep(confidence, correct, t, np.array([-5.0, 0.3]), exit_rule(min_layer=last))
     assert list(none.mean_layers) == [last, last] and list(none.checks) == [0, 0]
     assert list(none.accuracy) == [1.0, 1.0] and list(none.early_fraction) == [0, 0]
 
@@ -128,7 +135,7 @@ def test_sweep_matches_a_loop_over_lambdas_and_tokens(every):
     confidence = rng.uniform(0, 0.6, size=(n, last + 1))
     correct = rng.uniform(size=(n, last + 1)) < 0.5
     t = rng.integers(0, 40, size=n)
-    rule = ExitRule(tau=3.0, lambda_weight=0.8, decay_weight=0.2, min_layer=2)
+    rule = exit_rule(tau=3.0, lambda_weight=0.8, decay_weight=0.2, min_layer=2)
     lambdas = np.linspace(-0.2, 1.0, 25)
     result = sweep(confidence, correct, t, lambdas, rule, every=every)
     for j, lam in enumerate(lambdas):
@@ -149,7 +156,7 @@ def test_the_cost_of_a_token_counts_blocks_attention_checks_and_the_final_decode
     confidence = np.array([[0, 0.9, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=float)
     correct = np.ones_like(confidence, dtype=bool)
     t = np.array([0, 4])  # prefixes of 1 and 5 tokens
-    result = sweep(confidence, correct, t, np.array([0.5]), ExitRule(decay_weight=0.0))
+    result = sweep(confidence, correct, t, np.array([0.5]), exit_rule(decay_weight=0.0))
     # token 0 exits at layer 1 after one check; token 1 runs 4 blocks, 3 checks, a final decode
     want = (1 * (100 + 16 * 1) + 1 * (64 + 400)) + (4 * (100 + 16 * 5) + 3 * (64 + 400) + 400)
     assert cost.per_token(result)[0] == pytest.approx(want / 2)
@@ -169,7 +176,7 @@ def test_held_out_thresholds_are_chosen_without_the_positions_they_score():
     correct = rng.uniform(size=(n, last + 1)) < confidence  # confident predictions are right
     correct[:, last] = True
     t, ids = rng.integers(0, 30, size=n), np.arange(1000, 1000 + n)
-    rule, lambdas = ExitRule(), np.linspace(-0.1, 1.2, 40)
+    rule, lambdas = exit_rule(), np.linspace(-0.1, 1.2, 40)
     fold = fold_of(ids, seed=5, folds=2)
     assert set(fold) == {0, 1} and np.array_equal(fold, fold_of(ids, 5, 2))
     assert not np.array_equal(fold, fold_of(ids, 6, 2))  # another seed, other folds
@@ -214,11 +221,21 @@ def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
         info = {"num_layers": last, "hidden_size": 8, "non_embedding_parameters": 600}
         costs[method] = ExitCost.of({**info, "vocab_size": 40}, 64 if method == "mat" else 0)
     positions = pa.table({"sentence_id": np.arange(n), "position": rng.integers(0, 20, n)})
-    args = (scores, positions, last, ExitRule(), np.linspace(-0.1, 1.2, 60), [0.9], costs)
+    settings = EarlyExitSettings.defaults(
+        lambdas=tuple(np.linspace(-0.1, 1.2, 60)), targets=(0.9,), check_every=(1,), folds=2
+    )
     with pytest.raises(ValueError, match="no cost for it"):
-        exit_tables(*args, model="m", corpus="c")
+        exit_tables(scores, positions, last, settings, costs, model="m", corpus="c")
     sweep_table, saved = exit_tables(
-        *args, model="m", corpus="c", check_every=(1, 2), folds=2, seed=0, shortlist=100.0
+        scores,
+        positions,
+        last,
+        dataclasses.replace(settings, check_every=(1, 2)),
+        costs,
+        model="m",
+        corpus="c",
+        seed=0,
+        shortlist=100.0,
     )
     rows = {
         (r["method"], r["check"], r["selection"], r["check_every"]): r for r in saved.to_pylist()
@@ -239,7 +256,7 @@ def test_savings_pick_the_fewest_layers_in_sample_and_report_held_out_beside():
         for method in ("id", "mat"):
             table = scores[method] if check == "full" else _as_full(scores[method])
             _, confidence, correct = layer_arrays(table)
-            want = sweep(confidence, correct, t, np.linspace(-0.1, 1.2, 60), ExitRule())
+            want = sweep(confidence, correct, t, np.linspace(-0.1, 1.2, 60), exit_rule())
             got = [
                 r
                 for r in sweep_rows

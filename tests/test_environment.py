@@ -218,16 +218,16 @@ def test_post_deploy_installs_the_data_packages(pyproject, pins):
 
 def _config_packages() -> dict[str, str]:
     """Module -> where it is named: model sources 'package:<module>/...' of config/config.yaml and
-    the packages whose folders src/jtc/data/corpus.py reads."""
+    the packages whose folders src/jtc/data/sources.py reads."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     found = {}
     for name, spec in config["models"].items():
         source = str(spec["source"])
         if source.startswith("package:"):
             found[source[len("package:") :].split("/")[0]] = f"config.yaml models.{name}"
-    corpus = (ROOT / "src" / "jtc" / "data" / "corpus.py").read_text()
+    corpus = (ROOT / "src" / "jtc" / "data" / "sources.py").read_text()
     for module in re.findall(r"package_folder\(\s*\"(\w+)\"", corpus):
-        found[module] = "src/jtc/data/corpus.py"
+        found[module] = "src/jtc/data/sources.py"
     return found
 
 

@@ -12,7 +12,7 @@ from damage import flip_data_page_byte
 from test_corpus import make_tar
 from tiny import make_model, save_model
 
-from jtc.data import corpus
+from jtc.data import corpus, sources
 from jtc.data.corpus import CorpusError
 from jtc.data.extract import extract, prepare_inputs
 from jtc.files.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
@@ -172,16 +172,16 @@ def test_corrupt_gguf_is_refused_with_its_name(tmp_path):
 
 
 def test_decompression_bomb_is_refused_before_inflating(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_SENTENCE_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(sources, "MAX_SENTENCE_FILE_BYTES", 1 << 20)
     zeros = b"\0" * (8 << 20)  # 8 MB of zeros: a few kB compressed
     bomb = make_tar(tmp_path / "bomb.tar.gz", [("x/x-sentences.txt", zeros, "file")])
     assert bomb.stat().st_size < 100_000
     with pytest.raises(CorpusError, match="would inflate to 8388608 bytes"):
-        list(corpus.read_leipzig(bomb))
-    monkeypatch.setattr(corpus, "MAX_ARCHIVE_MEMBERS", 20)
+        list(sources.read_leipzig(bomb))
+    monkeypatch.setattr(sources, "MAX_ARCHIVE_MEMBERS", 20)
     many = make_tar(tmp_path / "many.tar.gz", [(f"x/{i}.txt", b"a", "file") for i in range(30)])
     with pytest.raises(CorpusError, match="more than 20 members"):
-        list(corpus.read_leipzig(many))
+        list(sources.read_leipzig(many))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.tar.gz", "many.tar.gz"]
 
 
@@ -214,7 +214,7 @@ def test_odd_text_follows_the_documented_rules(tmp_path):
         + long_line.encode()
         + b"\nking\n"
     )
-    kept = [s for s, _ in corpus.read_text_file(text)]
+    kept = [s for s, _ in sources.read_text_file(text)]
     assert len(kept) == 4  # the blank lines are gone
     cleaned = [c for c in (corpus.clean_sentence(s) for s in kept) if c]
     assert not any("\ufffd" in c for c in cleaned)  # the undecodable line is dropped

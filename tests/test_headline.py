@@ -6,7 +6,7 @@ import pyarrow as pa
 from docutils.core import publish_parts
 from jinja2 import Environment
 
-from jtc.evaluation.early_exit import SAVINGS_COLUMNS
+from jtc.evaluation.exit_tables import SAVINGS_COLUMNS
 from jtc.evaluation.prediction import SUMMARY_COLUMNS
 from jtc.files.io import rows_table
 from jtc.report.headline import Tables, headline_rows, headline_table, landing_section

@@ -9,6 +9,7 @@ from jtc.evaluation.prediction import bootstrap_means, metric_values, prediction
 from jtc.files.io import read_table, write_table
 from jtc.model.cache import cache_model, load_cached
 from jtc.report.examples import example_layers, examples_markdown, load_tokenizer
+from jtc.settings import IntervalSettings
 from jtc.shortcuts.maps import save_maps
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions, prediction_examples
@@ -112,10 +113,8 @@ def test_last_layer_is_exact_and_precision_grows_with_k(validation):
         {"mat": table, "id": decode(work, "id", None, "id2")},
         model="m",
         corpus="c",
-        top_k=[1, 5, 10],
-        resamples=200,
+        settings=IntervalSettings(top_k=(1, 5, 10), bootstrap=200, confidence_level=0.95),
         seed=0,
-        level=0.95,
     )
     assert summary.num_rows == 2 * (LAYERS + 1) * 6
     rows = summary.to_pylist()

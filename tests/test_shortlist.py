@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from jtc.evaluation.decode import SHORTLIST_COLUMNS, Head, final_reference, score
-from jtc.evaluation.early_exit import shortlist_macs
+from jtc.evaluation.exit_tables import shortlist_macs
 from jtc.evaluation.shortlist import Factors, Shortlist, fit_factors, load_factors, save_factors
 from jtc.files.io import CorruptFileError
 

@@ -24,6 +24,12 @@ from jtc.shortcuts.train import (
 )
 
 
+def trained_with(**changes) -> TrainSettings:
+    """NJTC's settings with `changes`, at the learning rate and patience these tests were
+    written for where they do not set them."""
+    return TrainSettings.for_method("njtc", **{"learning_rate": 1e-3, "patience": 10, **changes})
+
+
 def linear_problem(n=300, d=8, seed=0, noise=0.3):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, size=d) + rng.normal(size=d)
@@ -68,7 +74,7 @@ def test_njtc_at_full_rank_reaches_least_squares_training_error(warm_start):
     x, y = linear_problem()
     weights, _ = fit_source(x, [(1, y)])
     best = mse(x @ weights[1].T, y)
-    settings = TrainSettings(
+    settings = trained_with(
         learning_rate=0.03,
         max_epochs=400 if not warm_start else 20,
         batch_size=64,
@@ -82,7 +88,7 @@ def test_njtc_at_full_rank_reaches_least_squares_training_error(warm_start):
 
 def test_training_loss_decreases_and_early_stopping_keeps_the_best_epoch():
     x, y = linear_problem(noise=1.0)
-    settings = TrainSettings(
+    settings = trained_with(
         learning_rate=0.01, max_epochs=60, batch_size=32, patience=5, warm_start=False
     )
     result = train_low_rank(x, y, rank=2, normalise=True, settings=settings, seed=3)
@@ -106,14 +112,14 @@ def test_closed_form_start_beats_the_random_one(normalise):
             y,
             rank=2,
             normalise=normalise,
-            settings=TrainSettings(max_epochs=3, batch_size=32, warm_start=warm),
+            settings=trained_with(max_epochs=3, batch_size=32, warm_start=warm),
             seed=3,
         )
         for warm in (False, True)
     }
     assert runs[True].holdout_loss[0] < 0.5 * runs[False].holdout_loss[0]
     assert min(runs[True].holdout_loss) < min(runs[False].holdout_loss)
-    harmful = TrainSettings(learning_rate=1.0, max_epochs=50, batch_size=32, patience=2)
+    harmful = trained_with(learning_rate=1.0, max_epochs=50, batch_size=32, patience=2)
     result = train_low_rank(x, y, rank=2, normalise=normalise, settings=harmful, seed=3)
     assert result.best_epoch == 0 and len(result.train_loss) == 2  # stopped on patience
     assert min(result.holdout_loss[1:]) > result.holdout_loss[0]
@@ -137,7 +143,7 @@ def test_low_rank_start_is_the_reduced_rank_regression_of_the_rows_trained_on(
     is that map's MSE on the held-out rows; a harmful learning rate keeps that start."""
     x, y = linear_problem(noise=1.0)
     seen = record_starts(monkeypatch, LowRankMap)
-    settings = TrainSettings(learning_rate=1.0, max_epochs=50, batch_size=32, patience=2)
+    settings = trained_with(learning_rate=1.0, max_epochs=50, batch_size=32, patience=2)
     result = train_low_rank(x, y, rank=2, normalise=normalise, settings=settings, seed=3)
     assert result.best_epoch == 0
     rows = trained_rows(x, seen[0])
@@ -193,9 +199,7 @@ def test_rrr_training_error_is_at_most_njtc_and_nnjtc_on_every_pair(warm_start):
     trained map beat the optimum of its own objective)."""
     states = layered_problem()
     rank, tol = 2, 1e-6
-    settings = TrainSettings(
-        learning_rate=0.01, max_epochs=40, batch_size=32, warm_start=warm_start
-    )
+    settings = trained_with(learning_rate=0.01, max_epochs=40, batch_size=32, warm_start=warm_start)
     pairs = 0
     for source in range(len(states) - 1):
         x = states[source]
@@ -221,7 +225,7 @@ def test_rrr_training_error_is_at_most_njtc_and_nnjtc_on_every_pair(warm_start):
 @pytest.mark.parametrize("normalise", [False, True])
 def test_same_seed_gives_identical_maps(normalise):
     x, y = linear_problem()
-    settings = TrainSettings(max_epochs=5, batch_size=32)
+    settings = trained_with(max_epochs=5, batch_size=32)
     runs = [
         train_low_rank(x, y, rank=3, normalise=normalise, settings=settings, seed=s)
         for s in (7, 7, 8)
@@ -234,7 +238,7 @@ def test_same_seed_gives_identical_maps(normalise):
 def test_batch_normalisation_uses_running_statistics_at_evaluation(tmp_path):
     x, y = linear_problem(d=6)
     x = x * 5 + 3  # far from zero mean and unit variance
-    settings = TrainSettings(max_epochs=20, batch_size=32)
+    settings = trained_with(max_epochs=20, batch_size=32)
     result = train_low_rank(x, y, rank=2, normalise=True, settings=settings, seed=0)
     stats = result.tensors
     # the running statistics were learned from the training batches
@@ -321,7 +325,7 @@ def lens_kl(head, source, final, tensors, rows=None):
 def test_tuned_lens_from_the_identity_lowers_the_kl(lens_problem):
     """With warm_start false: the translator starts at the identity (the logit lens)."""
     head, source, final = lens_problem
-    settings = TrainSettings(
+    settings = trained_with(
         learning_rate=0.01, max_epochs=30, batch_size=32, patience=30, warm_start=False
     )
     result = train_tuned_lens(source, head, final, settings=settings, seed=0)
@@ -340,7 +344,7 @@ def test_tuned_lens_starts_at_the_least_squares_affine_map(lens_problem, monkeyp
     rate lowers the KL further (the start minimises the MSE, training the KL)."""
     head, source, final = lens_problem
     seen = record_starts(monkeypatch, AffineTranslator)
-    harmful = TrainSettings(learning_rate=1.0, max_epochs=20, batch_size=32, patience=2)
+    harmful = trained_with(learning_rate=1.0, max_epochs=20, batch_size=32, patience=2)
     result = train_tuned_lens(source, head, final, settings=harmful, seed=0)
     assert result.best_epoch == 0 and len(result.train_loss) == 2
     rows = trained_rows(source, seen[0])
@@ -355,7 +359,7 @@ def test_tuned_lens_starts_at_the_least_squares_affine_map(lens_problem, monkeyp
     )
     identity = {"weight": np.eye(16), "bias": np.zeros(16)}
     assert lens_kl(head, source, final, start) < 0.2 * lens_kl(head, source, final, identity)
-    gentle = TrainSettings(learning_rate=3e-4, max_epochs=10, batch_size=32, patience=3)
+    gentle = trained_with(learning_rate=3e-4, max_epochs=10, batch_size=32, patience=3)
     runs = [train_tuned_lens(source, head, final, settings=gentle, seed=0) for _ in range(2)]
     assert runs[0].best_epoch > 0 and min(runs[0].holdout_loss) < runs[0].holdout_loss[0]
     assert lens_kl(head, source, final, runs[0].tensors) < lens_kl(head, source, final, start)

@@ -15,6 +15,7 @@ from test_headline import parameters, r2_table
 from jtc.files.io import StateWriter, layer_file, part_file, write_json
 from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
 from jtc.shortcuts.maps import read_metadata
+from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.underdetermined import TRAINING_ROWS, underdetermined
 from jtc.stages.fit import fit_map
 from jtc.stages.metrics import parameter_table
@@ -24,7 +25,13 @@ LAYERS = 2  # states of layers 0..2
 SETTINGS = {
     "mat": {},
     "rrr": {"rank": 2, "targets": "all"},
-    "njtc": {"rank": 2, "targets": "last", "max_epochs": 1, "batch_size": 8},
+    "njtc": {
+        **METHODS["njtc"].defaults,
+        "rank": 2,
+        "targets": "last",
+        "max_epochs": 1,
+        "batch_size": 8,
+    },
 }
 
 
@@ -247,7 +254,7 @@ def test_the_tuned_lens_job_records_and_warns_too(tmp_path, caplog):
     )
     caplog.set_level(logging.INFO)
     out = tmp_path / "tuned_lens.safetensors"
-    settings = {"max_epochs": 1, "batch_size": 4}
+    settings = {**METHODS["tuned_lens"].defaults, "max_epochs": 1, "batch_size": 4}
     train_map(
         str(tmp_path / "train"),
         str(out),
@@ -273,7 +280,8 @@ def test_a_map_trained_on_the_pooled_layers_counts_every_layers_rows(tmp_path, c
     caplog.set_level(logging.INFO)
     train = states_dir(tmp_path / "train", 20, 32)
     settings = {
-        m: {"rank": 2, "max_epochs": 1, "batch_size": 8} for m in ("one_jump", "one_jump_selected")
+        m: {**METHODS[m].defaults, "rank": 2, "max_epochs": 1, "batch_size": 8}
+        for m in ("one_jump", "one_jump_selected")
     }
     maps = {m: str(tmp_path / f"{m}.safetensors") for m in settings}
     fit_map(str(train), maps, settings=settings, seed=0, model="m", corpus="c", threads=1)

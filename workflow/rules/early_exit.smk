@@ -1,3 +1,6 @@
+from jtc.settings import EarlyExitSettings
+
+
 rule early_exit:
     input:
         unpack(early_exit_inputs),
@@ -28,16 +31,7 @@ rule early_exit:
         "../envs/jtc.yaml"
     params:
         methods=METHODS,
-        lambdas=config["early_exit"]["lambdas"],
-        tau=config["early_exit"]["tau"],
-        lambda_weight=config["early_exit"]["lambda_weight"],
-        decay_weight=config["early_exit"]["decay_weight"],
-        min_layer=config["early_exit"]["min_layer"],
-        targets=config["early_exit"]["targets"],
-        check_every=config["early_exit"]["check_every"],
-        folds=config["early_exit"]["folds"],
-        shortlist_rank=config["early_exit"]["shortlist_rank"],
-        shortlist_candidates=config["early_exit"]["shortlist_candidates"],
+        settings=EarlyExitSettings.param(config),
         seed=config["seed"],
         code=code_hash("early_exit"),
     script:

@@ -1,3 +1,6 @@
+from jtc.settings import ExampleSettings, IntervalSettings
+
+
 rule fit_shortlist:
     input:
         unpack(shortlist_inputs),
@@ -66,9 +69,7 @@ rule prediction_table:
         "../envs/jtc.yaml"
     params:
         methods=METHODS,
-        top_k=config["prediction"]["top_k"],
-        bootstrap=config["prediction"]["bootstrap"],
-        level=config["prediction"]["confidence_level"],
+        settings=IntervalSettings.param(config),
         seed=config["seed"],
         code=code_hash("prediction_table"),
     script:

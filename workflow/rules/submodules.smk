@@ -3,6 +3,8 @@
 # after a jump layer. One replace_parts job per (model, corpus) runs every (jump layer, variant):
 # one unmodified pass gives the states at every jump layer, shared by all the runs.
 
+from jtc.settings import IntervalSettings
+
 
 rule record_parts:
     input:
@@ -152,9 +154,7 @@ rule submodule_table:
     conda:
         "../envs/jtc.yaml"
     params:
-        top_k=config["prediction"]["top_k"],
-        bootstrap=config["prediction"]["bootstrap"],
-        level=config["prediction"]["confidence_level"],
+        settings=IntervalSettings.param(config),
         seed=config["seed"],
         code=code_hash("submodule_table"),
     script:

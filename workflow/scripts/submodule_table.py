@@ -9,8 +9,6 @@ with job(snakemake):
         snakemake.output.table,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
-        top_k=p.top_k,
-        resamples=p.bootstrap,
-        level=p.level,
+        settings=p.settings,
         seed=p.seed,
     )

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jtc.settings import IntervalSettings
+
 SUMMARY_COLUMNS = {
     "model": pa.string(),
     "corpus": pa.string(),
@@ -73,14 +75,13 @@ def prediction_summary(
     *,
     model: str,
     corpus: str,
-    top_k: list[int],
-    resamples: int,
+    settings: IntervalSettings,
     seed: int,
-    level: float,
     diverged: bool = False,
 ) -> pa.Table:
-    """The tidy metrics table: one row per (method, layer, metric); with `diverged`, also the
-    share of positions whose decoded state overflowed (runs with parts replaced)."""
+    """The tidy metrics table: one row per (method, layer, metric), Precision@k for each k of
+    `settings` and intervals of its level from its bootstrap resamples; with `diverged`, also
+    the share of positions whose decoded state overflowed (runs with parts replaced)."""
     keys: list[tuple[str, int, str]] = []
     columns: list[np.ndarray] = []
     reference_ids: np.ndarray | None = None
@@ -95,12 +96,14 @@ def prediction_summary(
                 raise ValueError(
                     f"scores of method '{method}' layer {layer} are not on the same positions"
                 )
-            for name, value in metric_values(rows, top_k, diverged).items():
+            for name, value in metric_values(rows, settings.top_k, diverged).items():
                 keys.append((method, layer, name))
                 columns.append(value)
     if not columns:
         raise ValueError("no scores to summarise")
-    mean, low, high, sizes = bootstrap_means(np.stack(columns, axis=1), resamples, seed, level)
+    mean, low, high, sizes = bootstrap_means(
+        np.stack(columns, axis=1), settings.bootstrap, seed, settings.confidence_level
+    )
     methods, layers, metrics = zip(*keys, strict=True)
     data = {
         "model": [model] * len(keys),

@@ -52,17 +52,23 @@ EVAL_ROWS = 4096  # held-out rows evaluated at once
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """How a map is trained (config: training.<method>)."""
+    """How a map is trained (config training.<method>). No defaults here: each method's are in
+    jtc.shortcuts.methods (for_method), and the workflow's checked config has them filled in."""
 
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    max_epochs: int = 100
-    batch_size: int = 128
-    holdout_fraction: float = 0.1
-    patience: int = 10
-    weight_decay: float = 0.0
-    schedule: str = "cosine"
-    warm_start: bool = True  # start from the closed-form optimum (module docstring), else random
+    optimizer: str
+    """One of OPTIMIZERS."""
+    learning_rate: float
+    max_epochs: int
+    batch_size: int
+    holdout_fraction: float
+    """Share of the rows held out for early stopping."""
+    patience: int
+    """Epochs without a better held-out loss before training stops."""
+    weight_decay: float
+    schedule: str
+    """The learning rate schedule, one of SCHEDULES."""
+    warm_start: bool
+    """Start from the closed-form optimum (module docstring), else from random maps."""
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -75,6 +81,13 @@ class TrainSettings:
         """The settings in a config block; its other keys (rank, targets) are not training's."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in block.items() if k in names})
+
+    @classmethod
+    def for_method(cls, method: str, **changes) -> TrainSettings:
+        """A method's default settings (jtc.shortcuts.methods), with `changes`."""
+        from jtc.shortcuts.methods import METHODS
+
+        return cls.from_config({**METHODS[method].defaults, **changes})
 
 
 @dataclass

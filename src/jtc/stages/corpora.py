@@ -7,8 +7,8 @@ from pathlib import Path
 
 def download_corpus(url: str, sha256: str | None, out: str, *, max_bytes: int | None) -> None:
     """Fetch a corpus archive by URL, checked against `sha256` when it is given, refused
-    beyond `max_bytes` (none: jtc.data.corpus.MAX_DOWNLOAD_BYTES)."""
-    from jtc.data.corpus import download
+    beyond `max_bytes` (none: jtc.data.sources.MAX_DOWNLOAD_BYTES)."""
+    from jtc.data.sources import download
 
     download(url, Path(out), sha256, max_bytes)
 
@@ -17,7 +17,8 @@ def prepare_corpus(
     name: str, spec: dict, archive: str | None, out: str, *, seed: int, validation_fraction: float
 ) -> None:
     """The sentence table: cleaned, de-duplicated sentences, each assigned to a split."""
-    from jtc.data.corpus import read_source, sentence_table
+    from jtc.data.corpus import sentence_table
+    from jtc.data.sources import read_source
     from jtc.files.io import write_table
     from jtc.logs import ready
 

@@ -14,29 +14,20 @@ def early_exit(
     *,
     model: str,
     corpus: str,
-    lambdas: list[float],
-    tau: float,
-    lambda_weight: float,
-    decay_weight: float,
-    min_layer: int,
-    targets: list[float],
-    check_every: list[int],
-    folds: int,
+    settings: dict,
     seed: int,
-    shortlist_rank: int = 0,
-    shortlist_candidates: int = 0,
 ) -> None:
     """The λ sweep and fixed exits of every method, and the layers and multiply-adds saved at
     target accuracies (λ chosen in sample and held out), from the per-position scores of
     decode_predictions, for the full check and (shortlist_rank > 0) the shortlist check; the costs
-    from the cached model's info.json and the parameter table."""
-    import numpy as np
-
-    from jtc.evaluation import early_exit as ee
+    from the cached model's info.json and the parameter table. `settings`: config early_exit."""
+    from jtc.evaluation import exit_tables as ee
     from jtc.files.io import read_json, read_positions, read_table, write_table
     from jtc.logs import ready
+    from jtc.settings import EarlyExitSettings
 
     ready()
+    settings = EarlyExitSettings.of(settings)
     positions, info = read_positions(val_dir)
     model_info = read_json(f"{model_dir}/info.json")
     sizes = {r["method"]: r["parameters"] for r in read_table(parameters).to_pylist()}
@@ -45,18 +36,14 @@ def early_exit(
         {method: read_table(path) for method, path in score_files.items()},
         positions,
         info["num_layers"],
-        ee.ExitRule(tau, lambda_weight, decay_weight, min_layer),
-        np.asarray(lambdas or ee.DEFAULT_LAMBDAS, dtype=np.float64),
-        targets,
+        settings,
         costs,
         model=model,
         corpus=corpus,
-        check_every=tuple(check_every),
-        folds=folds,
         seed=seed,
         shortlist=(
-            ee.shortlist_macs(model_info, shortlist_rank, shortlist_candidates)
-            if shortlist_rank
+            ee.shortlist_macs(model_info, settings.shortlist_rank, settings.shortlist_candidates)
+            if settings.shortlist_rank
             else None
         ),
     )

@@ -91,9 +91,7 @@ def prediction_table(
     *,
     model: str,
     corpus: str,
-    top_k: list[int],
-    resamples: int,
-    level: float,
+    settings: dict,
     seed: int,
 ) -> None:
     """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
@@ -101,15 +99,14 @@ def prediction_table(
     from jtc.evaluation.prediction import prediction_summary
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
+    from jtc.settings import IntervalSettings
 
     ready()
     table = prediction_summary(
         {method: read_table(path) for method, path in score_files.items()},
         model=model,
         corpus=corpus,
-        top_k=top_k,
-        resamples=resamples,
-        level=level,
+        settings=IntervalSettings.of(settings),
         seed=seed,
     )
     write_table(table, out, csv=True)
@@ -144,7 +141,6 @@ def prediction_examples(
     a table (`out`, and CSV), Markdown and the same as an HTML page (`page`)."""
     import numpy as np
 
-    from jtc.report import examples
     from jtc.evaluation.decode import top_tokens
     from jtc.files.io import (
         atomic_path,
@@ -156,6 +152,7 @@ def prediction_examples(
     )
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
+    from jtc.report import examples
     from jtc.report.pages import markdown_page
     from jtc.shortcuts.maps import to_last_layer
 

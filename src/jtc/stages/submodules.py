@@ -236,9 +236,7 @@ def submodule_table(
     *,
     model: str,
     corpus: str,
-    top_k: list[int],
-    resamples: int,
-    level: float,
+    settings: dict,
     seed: int,
 ) -> None:
     """Precision@k, Surprisal, ... by jump layer for every variant, beside the layer shortcuts
@@ -249,6 +247,7 @@ def submodule_table(
     from jtc.evaluation.prediction import prediction_summary
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
+    from jtc.settings import IntervalSettings
 
     ready()
     runs = read_table(replaced)
@@ -264,9 +263,7 @@ def submodule_table(
         scores,
         model=model,
         corpus=corpus,
-        top_k=top_k,
-        resamples=resamples,
-        level=level,
+        settings=IntervalSettings.of(settings),
         seed=seed,
         diverged=True,
     )

@@ -106,9 +106,9 @@ def lambda_problem(early_exit: dict[str, Any]) -> str | None:
     """A λ grid whose largest threshold still lets confident tokens exit: then a target
     accuracy the grid cannot reach would have no λ (confidences are at most 1, so a threshold
     of lambda_weight·λ ≥ 1 keeps every token to the last layer and reaches any target)."""
-    from jtc.evaluation.early_exit import DEFAULT_LAMBDAS
+    from jtc.settings import EarlyExitSettings
 
-    grid = early_exit["lambdas"] or DEFAULT_LAMBDAS
+    grid = EarlyExitSettings.of(early_exit).lambda_grid()
     weight = early_exit["lambda_weight"]
     if max(grid) * weight < 1.0:
         which = "early_exit.lambdas" if early_exit["lambdas"] else "the default λ grid"

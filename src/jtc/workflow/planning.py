@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jtc.data.corpus import input_problem, size_problem
+from jtc.data.sources import input_problem, size_problem
 from jtc.model.adapters import (
     UnsupportedArchitecture,
     adapter_of,

@@ -1,0 +1,141 @@
+"""Settings objects: a block of the config (or the part of it one stage reads) as a frozen
+dataclass, one field per key (standard library and PyYAML only: the workflow reads the field
+names while it plans).
+
+A rule passes the block as one param, `settings=EarlyExitSettings.param(config)`; the stage
+turns it into the object with `EarlyExitSettings.of(params.settings)` and hands that to the
+library. A new key is therefore added in two places: the config schema (its type, bounds,
+default and description, src/jtc/workflow/config.schema.yaml) and the field here, where the
+library reads it. Defaults are the schema's, never retyped: the workflow's checked config has
+them filled in, and `defaults()` reads them for use outside the workflow (the API, tests,
+benchmarks). A stage reads only the keys its object has, so changing another key of the same
+block reruns other stages, not this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import yaml
+
+SCHEMA = Path(__file__).parent / "workflow" / "config.schema.yaml"
+# early_exit.lambdas empty: 125 values from −0.12 to 1.12 in steps of 0.01
+DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))
+
+
+@functools.cache
+def _schema_defaults(block: str) -> dict[str, Any]:
+    properties = yaml.safe_load(SCHEMA.read_text())["properties"][block]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class Settings:
+    """What every settings object shares; subclasses are frozen dataclasses naming their config
+    block in BLOCK."""
+
+    BLOCK: ClassVar[str]
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    @classmethod
+    def param(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The rule's one param: the keys of the checked config's block that this object reads."""
+        block = config[cls.BLOCK]
+        return {key: block[key] for key in cls.keys()}
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Self:
+        """The object of a param (every key present, no other)."""
+        keys = set(cls.keys())
+        unknown, missing = sorted(set(values) - keys), sorted(keys - set(values))
+        if unknown or missing:
+            raise ValueError(
+                f"{cls.__name__} (config {cls.BLOCK}): "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"unknown keys {unknown}" if unknown else "",
+                        f"missing keys {missing}" if missing else "",
+                    )
+                    if part
+                )
+            )
+        return cls(**{key: _frozen(values[key]) for key in cls.keys()})
+
+    @classmethod
+    def defaults(cls, **changes: Any) -> Self:
+        """The schema's defaults, with `changes`."""
+        defaults = _schema_defaults(cls.BLOCK)
+        return cls.of({**{key: defaults[key] for key in cls.keys()}, **changes})
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyExitSettings(Settings):
+    """Early exit (config early_exit; docs/method.md, "Early exit"): a token exits at the first
+    checked layer l >= min_layer whose prediction's confidence (top-1 minus top-2 probability)
+    exceeds lambda_weight·λ + decay_weight·exp(−tau·t/N)."""
+
+    BLOCK: ClassVar[str] = "early_exit"
+
+    lambdas: tuple[float, ...]
+    """The λ values swept; empty: DEFAULT_LAMBDAS."""
+    tau: float
+    """Decay rate τ of the position term."""
+    lambda_weight: float
+    """Weight of λ in the threshold."""
+    decay_weight: float
+    """Weight of the position term in the threshold."""
+    min_layer: int
+    """The first layer a token may exit at."""
+    check_every: tuple[int, ...]
+    """Check intervals compared: with k, the confidence is checked at every k-th layer."""
+    shortlist_rank: int
+    """Rank of the shortlist check's factorisation of the head; 0: no shortlist check."""
+    shortlist_candidates: int
+    """Candidates whose exact logits the shortlist check computes."""
+    folds: int
+    """Folds of the validation positions for the held-out thresholds."""
+    targets: tuple[float, ...]
+    """Target accuracies (Precision@1 against the full model) of the layers-saved table."""
+
+    def lambda_grid(self) -> tuple[float, ...]:
+        """The λ values swept: `lambdas`, or DEFAULT_LAMBDAS when it is empty."""
+        return self.lambdas or DEFAULT_LAMBDAS
+
+
+@dataclasses.dataclass(frozen=True)
+class IntervalSettings(Settings):
+    """The prediction summary (config prediction): Precision@k and the bootstrap intervals of
+    every mean (the prediction and sub-module tables)."""
+
+    BLOCK: ClassVar[str] = "prediction"
+
+    top_k: tuple[int, ...]
+    """k values of Precision@k."""
+    bootstrap: int
+    """Bootstrap resamples of every interval."""
+    confidence_level: float
+    """Coverage of the intervals."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleSettings(Settings):
+    """The worked examples (config prediction): a few validation sentences with the model's
+    top-5 and each method's top-5 from early layers."""
+
+    BLOCK: ClassVar[str] = "prediction"
+
+    examples: int
+    """Validation sentences shown."""
+    example_layers: tuple[int, ...]
+    """Layers shown; empty: about 1/6, 1/3, 1/2 and 2/3 of the depth."""
