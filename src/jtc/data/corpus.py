@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation")
 MIN_WORDS = 4
 MAX_WORDS = 80
 MAX_SENTENCE_FILE_BYTES = 2 << 30  # an archive member larger than this is refused (bombs)

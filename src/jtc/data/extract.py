@@ -18,9 +18,9 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from jtc.model.adapters import Adapter, adapter_of, part_adapter
 from jtc.files.io import StateWriter, layer_file, part_file, write_json, write_table
 from jtc.logs import Progress
+from jtc.model.adapters import Adapter, adapter_of, part_adapter
 from jtc.model.hooks import PartRecorder, Recorder, StateRecorder, part_sites
 
 log = logging.getLogger(__name__)
@@ -269,46 +269,3 @@ def extract(
     }
     write_json(out_dir / "info.json", summary)
     return summary
-
-
-def record_states(
-    model_dir: str | Path,
-    sentences: str | Path,
-    out: str | Path,
-    *,
-    meta: dict,
-    n: int,
-    seed: int,
-    batch_size: int,
-    max_tokens: int,
-    dtype: str,
-    threads: int,
-    parts: bool,
-    device_map: str | None = None,
-) -> dict:
-    """`extract` of the first `n` sentences of split meta["split"] of a sentence table, with
-    a cached model, into the folder `out` (written whole or not at all). The sampling settings
-    (n, seed, batch_size, max_tokens, dtype) are the workflow's extract_hidden params;
-    `device_map` is models.NAME.device_map."""
-    from jtc.data.corpus import select_split
-    from jtc.files.io import atomic_dir, read_table
-    from jtc.logs import ready
-    from jtc.model.cache import load_model
-
-    net, tokenizer, info = load_model(model_dir, threads, device_map)
-    ready()  # the job's fixed cost (imports, the model) ends here
-    table = select_split(read_table(sentences), meta["split"], n, meta["corpus"])
-    with atomic_dir(out) as tmp:
-        return extract(
-            net,
-            tokenizer,
-            info,
-            table,
-            tmp,
-            seed=seed,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            dtype=dtype,
-            meta=meta,
-            parts=parts,
-        )

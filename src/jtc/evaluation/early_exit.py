@@ -27,8 +27,8 @@ from jtc.files.io import CorruptFileError, rows_table
 if TYPE_CHECKING:  # torch only where the model runs: the sweep stage is numpy
     from torch import nn
 
-    from jtc.evaluation.decode import Head
     from jtc.model.adapters import Adapter
+    from jtc.model.head import Head
 
 log = logging.getLogger(__name__)
 
