@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
 from jtc.data.extract import prepare_inputs  # noqa: E402
-from jtc.evaluation.decode import Head  # noqa: E402
 from jtc.evaluation.early_exit import ExitRule, layer_arrays, run_with_early_exit, sweep  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
+from jtc.model.head import Head  # noqa: E402
 from jtc.settings import EarlyExitSettings  # noqa: E402
 from jtc.shortcuts.maps import load_map  # noqa: E402
 from jtc.stages.early_exit import early_exit  # noqa: E402

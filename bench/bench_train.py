@@ -38,11 +38,13 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).parent))
 from common import peak_matmul_gflops  # noqa: E402
 
-from jtc.evaluation.decode import Head  # noqa: E402
+from jtc.devices import job_device  # noqa: E402
+from jtc.model.head import Head  # noqa: E402
 from jtc.shortcuts.closed_form import fit_source_reduced_rank  # noqa: E402
+from jtc.shortcuts.lens import train_tuned_lens  # noqa: E402
 from jtc.shortcuts.maps import ShortcutMap  # noqa: E402
-from jtc.shortcuts.methods import METHODS  # noqa: E402
-from jtc.shortcuts.train import TrainSettings, default_rank, train_low_rank, train_tuned_lens  # noqa: E402
+from jtc.shortcuts.methods import METHODS, default_rank  # noqa: E402
+from jtc.shortcuts.train import TrainSettings, train_low_rank  # noqa: E402
 
 TRAINED = ("njtc", "nnjtc", "tuned_lens")
 
@@ -64,7 +66,8 @@ def mse(parts: dict, x: np.ndarray, y: np.ndarray) -> float:
 
 def job_start_seconds(train_dir: str) -> float:
     code = (
-        "import torch, jtc.shortcuts.train, jtc.stages.fit; from jtc.files.io import read_states; "
+        "import torch, jtc.shortcuts.fit, jtc.shortcuts.train, jtc.stages.fit; "
+        "from jtc.files.io import read_states; "
         f"read_states({train_dir!r}, 0)"
     )
     start = time.perf_counter()
@@ -75,13 +78,13 @@ def job_start_seconds(train_dir: str) -> float:
 def real_data(args, device):
     """{source: states}, final states and the cached SmolLM2 head."""
     from jtc.files.io import read_aligned, read_json, read_states
-    from jtc.model.cache import load_head
+    from jtc.model.head import load_decoder_head
 
     last = read_json(Path(args.states) / "info.json")["num_layers"]
     ids, _ = read_states(args.states, 0)
     sources = {s: read_aligned(args.states, s, ids, np.float32) for s in args.sources}
     final = read_aligned(args.states, last, ids, np.float32)
-    head, _, _ = load_head(args.model, "smollm2", args.threads)
+    head = load_decoder_head(args.model, "smollm2", args.threads)
     head.weight = head.weight.to(device)
     head.bias = None if head.bias is None else head.bias.to(device)
     head.transform = None if head.transform is None else head.transform.to(device)
@@ -121,7 +124,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device) if args.device else job_device()
     load = synthetic_data if args.synthetic else real_data
     sources, final, head, last = load(args, device)
     n, width = final.shape

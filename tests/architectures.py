@@ -68,7 +68,7 @@ def build(model_type: str, vocab_size: int, seed: int = 0):
     """(model, task) of a tiny random model of `model_type`, in eval mode."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from jtc.model.cache import task_of
+    from jtc.model.classes import task_of
 
     settings = {**COMMON, "vocab_size": vocab_size, **ARCHITECTURES[model_type]}
     config = AutoConfig.for_model(model_type, **settings)

@@ -15,11 +15,11 @@ from tiny import make_tokenizer, write_sentences
 
 from jtc.data.corpus import select_split
 from jtc.data.extract import prepare_sentences
-from jtc.evaluation.decode import Head
 from jtc.files.io import read_json, read_states, read_table
 from jtc.model.adapters import UnsupportedArchitecture, adapter_of, architecture_problem
-from jtc.model.cache import load_cached, task_of
-from jtc.model.head import load_decoder_head
+from jtc.model.cache import load_cached
+from jtc.model.classes import task_of
+from jtc.model.head import Head, load_decoder_head
 from jtc.model.hooks import PartRecorder, StateRecorder
 from jtc.stages.corpora import prepare_corpus
 from jtc.stages.fit import fit_map

@@ -62,8 +62,9 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
             "jtc.data.extract",
             "jtc.evaluation.decode",
         }, rule
-    # every method fitted from the states alone: closed form (fit) and trained by MSE (train)
+    # every method fitted from the states alone: closed form and trained by MSE (train)
     fit = {
+        "jtc.shortcuts.fit",
         "jtc.shortcuts.closed_form",
         "jtc.shortcuts.train",
         "jtc.shortcuts.methods",
@@ -78,16 +79,24 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         "jtc.data.extract",
         "jtc.model.cache",
         "jtc.model.head",
+        "jtc.shortcuts.lens",  # the tuned lens: train_map's, through the head
+        "jtc.evaluation.decode",
     }
-    # trained through the head: its target rule (methods) and the head (heads, models) tracked
+    # trained through the head: its target rule (methods), the lens and the head tracked
     head = {
         "jtc.shortcuts.train",
+        "jtc.shortcuts.lens",
         "jtc.shortcuts.methods",
         "jtc.model.head",
-        "jtc.model.cache",
         "jtc.evaluation.decode",
     }
     assert head <= closure("train_map")
+    # the jobs that only decode read the head alone: not the model's sources, its discovery,
+    # its hooks, nor the code that caches and loads whole models
+    whole_model = {"jtc.model.cache", "jtc.model.discover", "jtc.model.sources", "jtc.model.hooks"}
+    for rule in ("decode_predictions", "fit_shortlist", "train_map"):
+        assert "jtc.model.head" in closure(rule), rule
+        assert not closure(rule) & whole_model, rule
     # (and the closed-form fit its maps start from)
     assert "jtc.shortcuts.closed_form" in closure(
         "train_map"

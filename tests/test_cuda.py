@@ -28,7 +28,7 @@ from tiny import SENTENCES, make_model, save_model
 
 from jtc.api import Lens, Shortcuts
 from jtc.data.extract import prepare_sentences, run_states
-from jtc.evaluation.decode import Head, final_reference, score, top_tokens
+from jtc.evaluation.decode import final_reference, score, top_tokens
 from jtc.evaluation.early_exit import layer_arrays, run_with_early_exit
 from jtc.files.io import (
     part_file,
@@ -41,12 +41,13 @@ from jtc.files.io import (
 )
 from jtc.model.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.model.cache import cache_model, load_cached, model_info
+from jtc.model.head import Head
 from jtc.model.hooks import PartRecorder, part_sites
+from jtc.shortcuts.lens import lens_loss
 from jtc.shortcuts.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import VARIANTS
 from jtc.shortcuts.replace import prefix_states, replaced_final_states
-from jtc.shortcuts.train import lens_loss
 from jtc.stages.fit import fit_map, train_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions

@@ -6,10 +6,11 @@ import torch
 from test_extract import prepare_tiny, run_extract
 from tiny import make_model
 
-import jtc.evaluation.decode as decode_mod
-from jtc.evaluation.decode import Head, NoDecoderHead, final_reference, score, top_tokens
+import jtc.model.head as head_mod
+from jtc.evaluation.decode import final_reference, score, top_tokens
 from jtc.files.io import read_states
 from jtc.model.adapters import get_adapter
+from jtc.model.head import Head, NoDecoderHead
 
 HEAD_KINDS = ["gpt2", "llama", "bert-mlm"]
 
@@ -73,7 +74,7 @@ def test_scores_equal_the_plain_computation(kind, monkeypatch):
     states = (final + rng.normal(size=final.shape) * 2).astype(np.float32)
     gold = rng.integers(-1, head.vocab_size, size=37)
     # several chunks, one of them partial
-    monkeypatch.setattr(decode_mod, "DECODE_BYTES", 4 * head.vocab_size * 10)
+    monkeypatch.setattr(head_mod, "DECODE_BYTES", 4 * head.vocab_size * 10)
     ref = final_reference(head, final, 10)
     got = score(head, ref, states, gold)
     want = direct_scores(head, final, states, gold)
@@ -107,7 +108,7 @@ def test_chunking_does_not_change_scores(monkeypatch):
     states = rng.normal(size=(41, 24)).astype(np.float32)
     gold = rng.integers(0, head.vocab_size, size=41)
     whole = score(head, final_reference(head, final, 10), states, gold)
-    monkeypatch.setattr(decode_mod, "DECODE_BYTES", 4 * head.vocab_size * 3)
+    monkeypatch.setattr(head_mod, "DECODE_BYTES", 4 * head.vocab_size * 3)
     assert head.rows_per_chunk() == 3
     chunked = score(head, final_reference(head, final, 10), states, gold)
     for column, values in whole.items():

@@ -7,7 +7,6 @@ import pytest
 from test_prediction import LAYERS, decode, validation  # noqa: F401 - the fixture
 
 from jtc.data.extract import prepare_inputs
-from jtc.evaluation.decode import Head
 from jtc.evaluation.early_exit import (
     Arrays,
     ExitRule,
@@ -23,6 +22,7 @@ from jtc.evaluation.exit_tables import ExitCost, exit_tables
 from jtc.files.io import read_json, read_table
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import load_cached
+from jtc.model.head import Head
 from jtc.settings import EarlyExitSettings
 from jtc.shortcuts.maps import to_last_layer
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 from tiny import make_model
 
-from jtc.evaluation.decode import Head
 from jtc.evaluation.generate import generate
 from jtc.evaluation.shortlist import Shortlist, fit_factors
 from jtc.model.adapters import UnsupportedArchitecture, get_adapter
+from jtc.model.head import Head
 
 PROMPT = "the king of the city was"
 

@@ -11,7 +11,7 @@ from tiny import make_model
 from torch import nn
 
 from jtc.files.io import read_json, write_json
-from jtc.model.cache import cache_model, load_cached, model_head
+from jtc.model.cache import cache_model, load_cached
 from jtc.model.head import describe, load_decoder_head
 from jtc.model.manifest import write_manifest
 
@@ -50,7 +50,9 @@ def test_described_head_equals_the_models_own(tmp_path, kind):
         }[kind]
     )
     net, _, _ = load_cached(folder)
-    assert_same_head(load_decoder_head(folder, "m", threads=1), model_head(net, info, "m"))
+    assert_same_head(
+        load_decoder_head(folder, "m", threads=1), load_decoder_head(folder, "m", 1, net)
+    )
 
 
 def test_an_untied_head_of_a_tying_config_is_read_under_its_own_name(tmp_path):
@@ -61,7 +63,9 @@ def test_an_untied_head_of_a_tying_config_is_read_under_its_own_name(tmp_path):
     folder, info = cached("gpt2", tmp_path, untie)
     assert info["head"]["unembedding"]["weight"] == ["lm_head.weight"]
     net, _, _ = load_cached(folder)
-    assert_same_head(load_decoder_head(folder, "m", threads=1), model_head(net, info, "m"))
+    assert_same_head(
+        load_decoder_head(folder, "m", threads=1), load_decoder_head(folder, "m", 1, net)
+    )
 
 
 class OffsetRMSNorm(nn.Module):
@@ -91,7 +95,9 @@ def test_without_a_description_the_head_comes_through_transformers(tmp_path):
     write_json(folder / "info.json", info)
     write_manifest(folder)
     net, _, _ = load_cached(folder)
-    assert_same_head(load_decoder_head(folder, "m", threads=1), model_head(net, info, "m"))
+    assert_same_head(
+        load_decoder_head(folder, "m", threads=1), load_decoder_head(folder, "m", 1, net)
+    )
 
 
 def test_a_decoding_job_imports_no_transformers(tmp_path):

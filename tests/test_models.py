@@ -9,10 +9,11 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model, save_model
 
-from jtc.evaluation.decode import Head
-from jtc.files.io import read_json, read_states, read_table, write_table
+from jtc.files.io import read_json, read_states, read_table, write_json, write_table
 from jtc.model.adapters import UnsupportedArchitecture, get_adapter
 from jtc.model.cache import cache_model, load_cached
+from jtc.model.head import Head, load_decoder_head
+from jtc.model.manifest import write_manifest
 from jtc.model.sources import ModelSourceError, candidates, planning_problem
 from jtc.report.examples import load_tokenizer
 from jtc.stages.hidden import extract_hidden
@@ -145,21 +146,30 @@ def test_real_packaged_masked_lm_decodes_its_own_predictions(tmp_path):
         np.testing.assert_allclose(decoded.numpy(), own.numpy(), atol=1e-4)
 
 
+def without_description(folder):
+    """A cached model's folder as if its head could not be described: load_decoder_head then
+    builds the head through transformers, from the head's tensors alone."""
+    info = read_json(folder / "info.json")
+    del info["head"]
+    write_json(folder / "info.json", info)
+    write_manifest(folder)
+    return folder
+
+
 def heads_of(model, tokenizer, tmp_path):
     """(head-only loaded head, the whole cached model's head) of a model cached under tmp_path."""
-    from jtc.model.cache import load_head, model_head
-
     model.save_pretrained(tmp_path / "src")
     tokenizer.save_pretrained(tmp_path / "src")
     cache_model("m", {"source": str(tmp_path / "src")}, tmp_path / "m")
-    net, _, info = load_cached(tmp_path / "m")
-    return load_head(tmp_path / "m", "m", threads=1)[0], model_head(net, info, "m")
+    net, _, _ = load_cached(tmp_path / "m")
+    folder = without_description(tmp_path / "m")
+    return load_decoder_head(folder, "m", threads=1), load_decoder_head(folder, "m", 1, net)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "llama-tied", "bert-mlm"])
 def test_head_only_loading_equals_the_whole_models_head(tmp_path, kind):
-    """load_head reads only the head's tensors, tied or not, and gives the same head (bit for
-    bit) as the whole loaded model's."""
+    """The head built through transformers reads only the head's tensors, tied or not, and
+    gives the same head (bit for bit) as the whole loaded model's."""
 
     model, tokenizer = make_model(kind.removesuffix("-tied"))
     if kind == "llama-tied":
@@ -177,8 +187,6 @@ def test_head_only_loading_equals_the_whole_models_head(tmp_path, kind):
 def test_bfloat16_model_is_cached_and_runs_in_bfloat16(tmp_path):
     """models.NAME.dtype: the cache and the forward passes in bfloat16; the head decodes in
     float32, close to the float32 model's."""
-    from jtc.model.cache import load_head
-
     src = save_model("llama", tmp_path / "src")
     info = cache_model("b", {"source": str(src), "dtype": "bfloat16"}, tmp_path / "b")
     cache_model("f", {"source": str(src)}, tmp_path / "f")
@@ -193,10 +201,12 @@ def test_bfloat16_model_is_cached_and_runs_in_bfloat16(tmp_path):
     with torch.no_grad():
         low, high = net(ids).logits.float(), full(ids).logits
     assert torch.allclose(low, high, atol=0.05 * high.abs().max())
-    head, _, _ = load_head(tmp_path / "b", "b", threads=1)
-    assert head.weight.dtype == torch.float32
     ref = Head.from_model(net, get_adapter("llama"))
-    assert torch.equal(head.weight.cpu(), ref.weight)
+    described = load_decoder_head(tmp_path / "b", "b", threads=1)
+    through_transformers = load_decoder_head(without_description(tmp_path / "b"), "b", 1)
+    for head in (described, through_transformers):
+        assert head.weight.dtype == torch.float32
+        assert torch.equal(head.weight.cpu(), ref.weight)
 
 
 def test_compute_settings_a_machine_cannot_run_are_named(tmp_path, monkeypatch):

@@ -7,21 +7,14 @@ import torch
 from sklearn.linear_model import LinearRegression
 from tiny import make_model
 
-from jtc.evaluation.decode import Head, final_reference
+from jtc.evaluation.decode import final_reference
 from jtc.model.adapters import get_adapter
+from jtc.model.head import Head
 from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
+from jtc.shortcuts.lens import AffineTranslator, lens_loss, train_tuned_lens
 from jtc.shortcuts.maps import DEFAULT_NORM_EPS, ShortcutMap, load_map, save_maps
-from jtc.shortcuts.methods import fitted_targets
-from jtc.shortcuts.train import (
-    AffineTranslator,
-    LowRankMap,
-    TrainSettings,
-    default_rank,
-    lens_loss,
-    pair_seed,
-    train_low_rank,
-    train_tuned_lens,
-)
+from jtc.shortcuts.methods import default_rank, fitted_targets
+from jtc.shortcuts.train import LowRankMap, TrainSettings, pair_seed, train_low_rank
 
 
 def trained_with(**changes) -> TrainSettings:

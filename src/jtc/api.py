@@ -330,13 +330,13 @@ class Lens:
 
     def __init__(self, model, tokenizer, info: dict[str, Any], shortcuts: list[Shortcuts]):
         from jtc.model.adapters import adapter_of
-        from jtc.model.cache import model_head
+        from jtc.model.head import Head
 
         for shortcut in shortcuts:
             shortcut.check_model(info)
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.adapter = adapter_of(info)
-        self.head = model_head(model, info, info.get("name", "model"))
+        self.head = Head.from_model(model, self.adapter, info.get("name", "model"))
         self.shortcuts = {s.method: s for s in shortcuts}
 
     @classmethod

@@ -1,6 +1,8 @@
-"""Where a job's linear algebra runs: on the GPU when the job has one, else on the CPU with
-numpy and scipy. Torch is imported only where a GPU driver is present, so the torch-free jobs
-(fits, r² tables) stay torch-free, and fast to start, on a CPU machine."""
+"""Where a job's work runs: `job_device`, the one rule for torch work (the GPU when one is
+visible, else the CPU), and `linalg_device` for linear algebra (the GPU when the job has one,
+else None: the CPU with numpy and scipy). Torch is imported only inside these functions, and by
+`linalg_device` only where a GPU driver is present, so the torch-free jobs (fits, r² tables)
+stay torch-free, and fast to start, on a CPU machine."""
 
 from __future__ import annotations
 
@@ -14,6 +16,13 @@ if TYPE_CHECKING:
 NVIDIA_DRIVER = Path("/dev/nvidiactl")
 
 
+def job_device() -> torch.device:
+    """The device of a job's torch work: the GPU when one is visible, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def linalg_device() -> torch.device | None:
     """The job's CUDA device, or None for the CPU path (no driver, no visible GPU, or
     JTC_LINALG_DEVICE=cpu)."""
@@ -21,9 +30,8 @@ def linalg_device() -> torch.device | None:
         return None
     if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
         return None
-    import torch
-
-    return torch.device("cuda") if torch.cuda.is_available() else None
+    device = job_device()
+    return device if device.type == "cuda" else None
 
 
 def float64_on(device: torch.device, array) -> torch.Tensor:

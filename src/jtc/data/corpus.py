@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation")
 MIN_WORDS = 4
 MAX_WORDS = 80
 

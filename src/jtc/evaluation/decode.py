@@ -2,28 +2,26 @@
 against the model's final prediction, position by position.
 
 The head is D(h) = W · transform(h) + b (GPT-2: W_E · ln_f(h); Llama: lm_head(norm(h)); BERT
-masked LM: the cls head). Whole-vocabulary logits exist only for one chunk of rows at a time
-(at most DECODE_BYTES), so memory stays bounded for any vocabulary. What is kept of the final
-prediction per position is O(width): enough to score any number of layers and methods.
+masked LM: the cls head; jtc.model.head.Head). Whole-vocabulary logits exist only for one chunk
+of rows at a time (at most jtc.model.head.DECODE_BYTES), so memory stays bounded for any
+vocabulary. What is kept of the final prediction per position is O(width): enough to score any
+number of layers and methods.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import torch
-from torch import nn
 
-from jtc.model.adapters import Adapter, missing_head_message
+from jtc.model.head import Head
 
 if TYPE_CHECKING:
     from jtc.evaluation.shortlist import Shortlist
 
-DECODE_BYTES = 64 << 20  # float32 logits held at once
 SCORE_COLUMNS = (
     "top1_id",  # the shortcut's top-1 token; -1 where the state overflowed (inf or NaN)
     "top1_prob",  # its probability under the shortcut's distribution
@@ -40,78 +38,6 @@ SHORTLIST_COLUMNS = (
     "shortlist_final_rank",  # rank of its prediction in the final prediction, 0 beyond max k
 )
 _INTEGER = ("top1_id", "final_rank", "shortlist_final_rank")  # the other columns are float64
-
-
-class NoDecoderHead(ValueError):
-    """A model that cannot turn states into token predictions."""
-
-
-class Head:
-    """The decoder head of a model, split into a transform and a linear unembedding."""
-
-    def __init__(
-        self,
-        transform: nn.Module | None,
-        unembedding: nn.Module,
-        scale: float = 1.0,
-        softcap: float | None = None,
-    ):
-        # decoding runs in float32 whatever the model's dtype: a copy of a bfloat16/float16 head
-        if transform is not None and any(p.dtype != torch.float32 for p in transform.parameters()):
-            transform = copy.deepcopy(transform).float()
-        self.transform = transform
-        # (vocab, width); a constant the model multiplies its logits by is folded in
-        self.weight: torch.Tensor = unembedding.weight.detach().float()
-        bias = getattr(unembedding, "bias", None)
-        self.bias: torch.Tensor | None = None if bias is None else bias.detach().float()
-        if scale != 1.0:
-            self.weight = self.weight * scale
-            self.bias = None if self.bias is None else self.bias * scale
-        # logits = c·tanh(W f / c) for a model that soft-caps them (Gemma 2), else W f
-        self.softcap = softcap or None
-
-    def cap(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.softcap is None:
-            return logits
-        return self.softcap * torch.tanh(logits / self.softcap)
-
-    @classmethod
-    def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:
-        try:
-            transform, unembedding = adapter.head(model)
-        except AttributeError:
-            raise NoDecoderHead(
-                missing_head_message(name, adapter.task, type(model).__name__)
-            ) from None
-        return cls(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
-
-    @property
-    def device(self) -> torch.device:
-        return self.weight.device
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.weight.shape[0])
-
-    def rows_per_chunk(self) -> int:
-        return max(1, DECODE_BYTES // (4 * self.vocab_size))
-
-    def features(self, states: torch.Tensor) -> torch.Tensor:
-        states = states.to(self.device, torch.float32)
-        return states if self.transform is None else self.transform(states)
-
-    def unembed(self, features: torch.Tensor) -> torch.Tensor:
-        return self.cap(nn.functional.linear(features, self.weight, self.bias))
-
-    def logits(self, states: torch.Tensor) -> torch.Tensor:
-        return self.unembed(self.features(states))
-
-    def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """The logits of given tokens, without the whole-vocabulary product: tokens (n,) or
-        (n, c) for features (n, w) give logits of the same shape."""
-        rows = features.reshape(len(features), *([1] * (tokens.dim() - 1)), -1)
-        logit = (self.weight[tokens] * rows).sum(-1)
-        return self.cap(logit if self.bias is None else logit + self.bias[tokens])
 
 
 @dataclass

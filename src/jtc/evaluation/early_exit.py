@@ -26,8 +26,8 @@ from jtc.settings import EarlyExitSettings
 if TYPE_CHECKING:  # torch only where the model runs: the sweep stage is numpy
     from torch import nn
 
-    from jtc.evaluation.decode import Head
     from jtc.model.adapters import Adapter
+    from jtc.model.head import Head
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from jtc.evaluation.decode import Head
 from jtc.evaluation.early_exit import check_layers
 from jtc.evaluation.shortlist import Shortlist
 from jtc.model.adapters import Adapter, UnsupportedArchitecture
+from jtc.model.head import Head
 
 # the architectures whose skipped layers' caches this loop can fill (Llama's attention layout)
 LLAMA_FAMILY = ("llama", "mistral", "qwen2")

@@ -23,10 +23,6 @@ SUMMARY_COLUMNS = {
 }
 
 
-def metric_names(top_k: list[int]) -> list[str]:
-    return [f"precision@{k}" for k in top_k] + ["surprisal", "kl", "cross_entropy"]
-
-
 def metric_values(
     scores: pa.Table, top_k: list[int], diverged: bool = False
 ) -> dict[str, np.ndarray]:

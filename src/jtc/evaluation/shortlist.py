@@ -104,7 +104,7 @@ def load_factors(path: str | Path) -> Factors:
 
 
 class Shortlist:
-    """The shortlist check of a head (jtc.evaluation.decode.Head) with c candidates."""
+    """The shortlist check of a head (jtc.model.head.Head) with c candidates."""
 
     def __init__(self, head, factors: Factors, candidates: int):
         if candidates < 2:

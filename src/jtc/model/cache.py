@@ -1,5 +1,6 @@
 """Models: resolve a config entry to weights (see sources.py for where they are looked for),
-cache them once as safetensors, load the cache."""
+cache them once as safetensors, load the cache. A cached model's decoder head alone comes from
+jtc.model.head.load_decoder_head."""
 
 from __future__ import annotations
 
@@ -10,71 +11,17 @@ from typing import Any
 
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import save_model
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoTokenizer,
-    PreTrainedModel,
-)
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
-from jtc.evaluation.decode import Head
-from jtc.files.io import CorruptFileError, atomic_dir, read_json
-from jtc.model.adapters import (
-    ADAPTERS,
-    MLM_HEAD_SUFFIXES,
-    NOT_TRANSFORMERS,
-    Adapter,
-    UnsupportedArchitecture,
-    adapter_of,
-    encoder_decoder_message,
-    not_transformer_message,
-    task_from_classes,
-)
+from jtc.devices import job_device
+from jtc.files.io import atomic_dir, read_json
+from jtc.model.adapters import Adapter, UnsupportedArchitecture
+from jtc.model.classes import auto_class, task_of
 from jtc.model.discover import find_adapter
-from jtc.model.head import describe, parameter_names
+from jtc.model.head import describe
 from jtc.model.manifest import check_manifest, write_manifest
 from jtc.model.sources import Candidate, ModelSourceError, candidates
-
-
-def task_of(config: transformers.PretrainedConfig) -> str:
-    """ "causal" or "masked": from a declared adapter, the checkpoint's classes, or the
-    language-model classes transformers has for the model type."""
-    model_type = str(config.model_type)
-    if model_type in ADAPTERS:
-        return ADAPTERS[model_type].task
-    if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedArchitecture(encoder_decoder_message(model_type))
-    if model_type in NOT_TRANSFORMERS:
-        raise UnsupportedArchitecture(not_transformer_message(model_type))
-    task = task_from_classes(config.architectures or [])
-    if task is not None:
-        return task
-    from transformers.models.auto import modeling_auto
-
-    if model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(
-        config, "is_decoder", False
-    ):
-        return "masked"
-    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return "causal"
-    raise UnsupportedArchitecture(
-        f"architecture '{model_type}': transformers has no causal or masked language-model "
-        "class for it; jtc reads decoder-only causal LMs and encoders (masked LMs)"
-    )
-
-
-def _auto_class(config: transformers.PretrainedConfig) -> type:
-    task = task_of(config)
-    if task == "causal":
-        return AutoModelForCausalLM
-    if any(a.endswith(MLM_HEAD_SUFFIXES) for a in config.architectures or []):
-        return AutoModelForMaskedLM
-    return AutoModel
-
 
 # a model's compute dtype (models.NAME.dtype): the type of its cached weights and forward passes
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -82,11 +29,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class ComputeError(RuntimeError):
     """A model's dtype or device_map that this job's machine cannot run."""
-
-
-def job_device() -> torch.device:
-    """The device of a workflow job: the GPU when one is visible, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def compute_problem(
@@ -127,7 +69,7 @@ def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
         kwargs["revision"] = cand.revision
     config = AutoConfig.from_pretrained(cand.location, **kwargs)
     task = task_of(config)  # fails early on an unsupported architecture
-    model = _auto_class(config).from_pretrained(cand.location, dtype=DTYPES[dtype], **kwargs)
+    model = auto_class(config).from_pretrained(cand.location, dtype=DTYPES[dtype], **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(cand.location, **kwargs)
     return model.eval(), tokenizer, find_adapter(model.eval(), task)
 
@@ -236,7 +178,7 @@ def load_cached(
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
     if device_map is not None:
         kwargs["device_map"] = device_map
-    model = _auto_class(config).from_pretrained(model_dir, **kwargs).eval()
+    model = auto_class(config).from_pretrained(model_dir, **kwargs).eval()
     if device_map is None and device.type != "cpu":
         model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -248,64 +190,3 @@ def load_model(model_dir: str | Path, threads: int, device_map: str | None = Non
     job's threads, the model on the GPU when the job has one (or spread by `device_map`)."""
     torch.set_num_threads(threads)
     return load_cached(model_dir, job_device(), device_map)
-
-
-def model_head(net: PreTrainedModel, info: dict[str, Any], name: str) -> Head:
-    """The decoder head of a loaded model (NoDecoderHead, naming `name`, if it has none)."""
-    return Head.from_model(net, adapter_of(info), name)
-
-
-def _materialise(module: torch.nn.Module, path: str, names, weights, device: torch.device) -> None:
-    """Give a module built on the meta device (at `path` in the model) its cached tensors, in
-    float32, on `device`: each tensor under its own name, or under a name it is tied to when
-    the cache stores it once (a tied head and embedding)."""
-    stored_names = set(weights.keys())
-    wanted = {}
-    # every name of every tensor: to_empty below unties tied tensors (RoBERTa's lm_head.bias
-    # and lm_head.decoder.bias), so each name gets its own copy of the stored values
-    named = [
-        *module.named_parameters(remove_duplicate=False),
-        *module.named_buffers(remove_duplicate=False),
-    ]
-    for local, tensor in named:
-        own = f"{path}.{local}" if path else local
-        stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
-        if stored:
-            wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
-    module.to_empty(device=device)
-    missing = module.load_state_dict(wanted, strict=False).missing_keys
-    persistent = {n for n, _ in module.named_parameters()}
-    if missing_params := sorted(set(missing) & persistent):
-        raise CorruptFileError(f"the cached weights lack the head tensors {missing_params}")
-
-
-def load_head(model_dir: str | Path, name: str, threads: int):
-    """(decoder head, tokenizer, info) of a cached model, in float32 on the job's device,
-    reading only the head's tensors (its final norm or transform and its unembedding) from the
-    cached safetensors: the rest of the model is never built. Gives the same head as
-    model_head(load_model(...)) for a float32 model."""
-    torch.set_num_threads(threads)
-    model_dir = Path(model_dir)
-    check_manifest(model_dir)
-    info = read_json(model_dir / "info.json")
-    config = AutoConfig.from_pretrained(model_dir)
-    adapter = adapter_of(info)
-    with torch.device("meta"):
-        skeleton = _auto_class(config).from_config(config, dtype=torch.float32)
-    try:
-        modules = adapter.head_modules(skeleton)
-    except AttributeError:
-        model_head(skeleton, info, name)  # raises NoDecoderHead, naming the model
-        raise
-    device = job_device()
-    names = parameter_names(skeleton)
-    with safe_open(model_dir / "model.safetensors", "pt") as weights:
-        done: list[str] = []
-        for path, module in modules:
-            if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
-                _materialise(module, path, names, weights, device)
-                done.append(path)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    transform, unembedding = adapter.head(skeleton)
-    head = Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
-    return head, tokenizer, info

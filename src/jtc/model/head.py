@@ -1,18 +1,22 @@
-"""A decoder head as a few plain operations on tensors of the cached weights, so that the jobs
-which only decode (prediction, the tuned lens) need torch and safetensors but neither
-transformers nor the model's classes: importing those is most of such a job's start-up (about
-3 of 5 CPU-s on the 2-core development machine).
+"""The decoder head of a model, D(h) = unembedding(transform(h)): the one type every job decodes
+and trains through (`Head`), and the one way a job gets it from a cached model
+(`load_decoder_head`).
 
-When a model is cached, `describe` writes the head into its info.json as operations (layer
-norm, RMS norm, a linear map, an activation) over named tensors of model.safetensors, and keeps
-the description only if the head it builds gives the model's own logits on random states. A
-head it does not recognise (or that fails that check) has no description, and `load_decoder_head`
-falls back to building the head through transformers (jtc.model.cache.load_head): the same head,
-slower to load.
+A head is built from a loaded model (`Head.from_model`: the adapter says where its modules are),
+or from a model's cache without loading the model: when a model is cached, `describe` writes the
+head into its info.json as a few plain operations (layer norm, RMS norm, a linear map, an
+activation) over named tensors of model.safetensors, and keeps the description only if the head
+it builds gives the model's own logits on random states. Such a head needs torch and
+safetensors but neither transformers nor the model's classes, whose import is most of a
+decoding job's start-up (about 3 of 5 CPU-s on the 2-core development machine). A head it does
+not recognise (or that fails that check) has no description: it is built through transformers
+from an empty skeleton of the model given only the head's cached tensors (the same head, slower
+to load).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Any
@@ -21,10 +25,12 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from jtc.evaluation.decode import Head
+from jtc.devices import job_device
 from jtc.files.io import CorruptFileError, read_json
+from jtc.model.adapters import Adapter, adapter_of, missing_head_message
 from jtc.model.manifest import check_manifest
 
+DECODE_BYTES = 64 << 20  # float32 logits held at once (Head.rows_per_chunk)
 ACTIVATIONS = {
     "gelu": lambda x: nn.functional.gelu(x),
     "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
@@ -34,6 +40,81 @@ ACTIVATIONS = {
     "tanh": torch.tanh,
 }
 CHECK_ROWS = 8  # random states the described head must decode as the model's own head does
+
+
+class NoDecoderHead(ValueError):
+    """A model that cannot turn states into token predictions."""
+
+
+class Head:
+    """The decoder head of a model, split into a transform and a linear unembedding, in float32
+    (jtc.evaluation.decode decodes and scores with it, a chunk of rows at a time)."""
+
+    def __init__(
+        self,
+        transform: nn.Module | None,
+        unembedding: nn.Module,
+        scale: float = 1.0,
+        softcap: float | None = None,
+    ):
+        # decoding runs in float32 whatever the model's dtype: a copy of a bfloat16/float16 head
+        if transform is not None and any(p.dtype != torch.float32 for p in transform.parameters()):
+            transform = copy.deepcopy(transform).float()
+        self.transform = transform
+        # (vocab, width); a constant the model multiplies its logits by is folded in
+        self.weight: torch.Tensor = unembedding.weight.detach().float()
+        bias = getattr(unembedding, "bias", None)
+        self.bias: torch.Tensor | None = None if bias is None else bias.detach().float()
+        if scale != 1.0:
+            self.weight = self.weight * scale
+            self.bias = None if self.bias is None else self.bias * scale
+        # logits = c·tanh(W f / c) for a model that soft-caps them (Gemma 2), else W f
+        self.softcap = softcap or None
+
+    def cap(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.softcap is None:
+            return logits
+        return self.softcap * torch.tanh(logits / self.softcap)
+
+    @classmethod
+    def from_model(cls, model: nn.Module, adapter: Adapter, name: str = "model") -> Head:
+        """The head of a loaded model, its own modules (NoDecoderHead, naming the model
+        `name`, where it has none)."""
+        try:
+            transform, unembedding = adapter.head(model)
+        except AttributeError:
+            raise NoDecoderHead(
+                missing_head_message(name, adapter.task, type(model).__name__)
+            ) from None
+        return cls(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.weight.shape[0])
+
+    def rows_per_chunk(self) -> int:
+        return max(1, DECODE_BYTES // (4 * self.vocab_size))
+
+    def features(self, states: torch.Tensor) -> torch.Tensor:
+        states = states.to(self.device, torch.float32)
+        return states if self.transform is None else self.transform(states)
+
+    def unembed(self, features: torch.Tensor) -> torch.Tensor:
+        return self.cap(nn.functional.linear(features, self.weight, self.bias))
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        return self.unembed(self.features(states))
+
+    def token_logit(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The logits of given tokens, without the whole-vocabulary product: tokens (n,) or
+        (n, c) for features (n, w) give logits of the same shape."""
+        rows = features.reshape(len(features), *([1] * (tokens.dim() - 1)), -1)
+        logit = (self.weight[tokens] * rows).sum(-1)
+        return self.cap(logit if self.bias is None else logit + self.bias[tokens])
 
 
 class PlainTransform(nn.Module):
@@ -185,20 +266,24 @@ def describe(
     return description
 
 
-def load_decoder_head(model_dir: str | Path, name: str, threads: int) -> Head:
-    """The decoder head of a cached model, in float32 on the job's device: from its
-    description (torch and safetensors only) where the cache has one, else through
-    transformers (jtc.model.cache.load_head)."""
+def load_decoder_head(
+    model_dir: str | Path, name: str, threads: int, model: nn.Module | None = None
+) -> Head:
+    """The decoder head of the cached model in `model_dir` (`name`: the model's name in
+    errors), in float32 on the job's device (jtc.devices.job_device), torch limited to the
+    job's threads: `model`'s own head where the job has loaded the model already (on one
+    device: jtc.model.cache.load_model), else from the head's description in info.json (torch
+    and safetensors only) where it has one, else through transformers, reading only the head's
+    tensors. NoDecoderHead, naming the model, where it has no head."""
     torch.set_num_threads(threads)
     model_dir = Path(model_dir)
     info = read_json(model_dir / "info.json")
+    if model is not None:
+        return Head.from_model(model, adapter_of(info), name)
+    check_manifest(model_dir)
     description = info.get("head")
     if description is None:
-        from jtc.model.cache import load_head
-
-        return load_head(model_dir, name, threads)[0]
-    check_manifest(model_dir)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return _through_transformers(model_dir, info, name)
     path = model_dir / "model.safetensors"
     with safe_open(path, "pt") as weights:
         stored = set(weights.keys())
@@ -209,4 +294,54 @@ def load_decoder_head(model_dir: str | Path, name: str, threads: int) -> Head:
                 raise CorruptFileError(f"{path} lacks the head tensor {names[0]}")
             return weights.get_tensor(present[0])
 
-        return _build(description, tensor, device)
+        return _build(description, tensor, job_device())
+
+
+def _through_transformers(model_dir: Path, info: dict[str, Any], name: str) -> Head:
+    """The head built through transformers from an empty (meta-device) skeleton of the model,
+    given only the head's tensors (its final norm or transform and its unembedding) from the
+    cached safetensors: the rest of the model is never built. The same head as the whole
+    loaded float32 model's."""
+    from transformers import AutoConfig
+
+    from jtc.model.classes import auto_class
+
+    config = AutoConfig.from_pretrained(model_dir)
+    adapter = adapter_of(info)
+    with torch.device("meta"):
+        skeleton = auto_class(config).from_config(config, dtype=torch.float32)
+    try:
+        modules = adapter.head_modules(skeleton)
+    except AttributeError:
+        Head.from_model(skeleton, adapter, name)  # raises NoDecoderHead, naming the model
+        raise
+    device = job_device()
+    names = parameter_names(skeleton)
+    with safe_open(model_dir / "model.safetensors", "pt") as weights:
+        done: list[str] = []
+        for path, module in modules:
+            if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
+                _materialise(module, path, names, weights, device)
+                done.append(path)
+    transform, unembedding = adapter.head(skeleton)
+    return Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
+
+
+def _materialise(module: nn.Module, path: str, names, weights, device: torch.device) -> None:
+    """Give a module built on the meta device (at `path` in the model) its cached tensors, in
+    float32, on `device`: each tensor under its own name, or under a name it is tied to when
+    the cache stores it once (a tied head and embedding)."""
+    stored_names = set(weights.keys())
+    wanted = {}
+    # every name of every tensor: to_empty below unties tied tensors (RoBERTa's lm_head.bias
+    # and lm_head.decoder.bias), so each name gets its own copy of the stored values
+    for local, tensor in _named_tensors(module):
+        own = f"{path}.{local}" if path else local
+        stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
+        if stored:
+            wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
+    module.to_empty(device=device)
+    missing = module.load_state_dict(wanted, strict=False).missing_keys
+    persistent = {n for n, _ in module.named_parameters()}
+    if missing_params := sorted(set(missing) & persistent):
+        raise CorruptFileError(f"the cached weights lack the head tensors {missing_params}")

@@ -1,13 +1,18 @@
 """Readable examples: for a few validation sentences, the model's own top-5 next (or masked)
-tokens beside each method's top-5 read from early layers, decoded to text."""
+tokens beside each method's top-5 read from early layers, decoded to text
+(`example_predictions`), as a table and as Markdown."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from jtc.model.head import Head
 
 EXAMPLE_COLUMNS = {
     "sentence_id": pa.int64(),
@@ -77,6 +82,51 @@ def contexts(
         tokenizer.decode([int(t) for t in ids if int(t) not in special]).strip()
         for ids in prepared.inputs
     ]
+
+
+def example_predictions(
+    head: Head,
+    tokenizer,
+    chosen: pa.Table,
+    texts: Mapping[int, str],
+    layer_states: Callable[[int], np.ndarray],
+    maps: Mapping[str, str | Path | None],
+    *,
+    split: Mapping[str, Any],
+    layers: list[int],
+    mask_token_id: int | None,
+) -> pa.Table:
+    """The examples table (EXAMPLE_COLUMNS) of the validation positions `chosen` (rows of a
+    split's positions.parquet; `split`: its info.json) of the sentences `texts` (by id): what
+    the model saw, the gold token, the model's own top-5 and each method's (`maps`: its map
+    file, None for id) from each of the example layers. `layer_states(layer)`: the states of
+    that layer at the chosen positions."""
+    from jtc.evaluation.decode import top_tokens
+    from jtc.shortcuts.maps import to_last_layer
+
+    ids = chosen.column("sentence_id").to_numpy()
+    last = split["num_layers"]
+    context = contexts(
+        tokenizer,
+        [texts[int(i)] for i in ids],
+        ids,
+        chosen.column("position").to_numpy(),
+        task=split["task"],
+        seed=split["seed"],
+        max_tokens=split["max_tokens"],
+        mask_token_id=mask_token_id,
+    )
+    gold = [
+        token_text(tokenizer, g) if g >= 0 else "(end of sentence)"
+        for g in chosen.column("gold_id").to_pylist()
+    ]
+    predictions = {(FINAL, last): top_tokens(head, layer_states(last), 5)}
+    for layer in example_layers(layers, last):
+        states = layer_states(layer)
+        for method in sorted(maps):
+            mapped = to_last_layer(maps[method], layer, states, last)
+            predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
+    return examples_table(ids, context, gold, predictions, lambda t: token_text(tokenizer, t))
 
 
 def examples_table(

@@ -24,7 +24,7 @@ import json
 import shutil
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,25 +295,16 @@ def _read(
 ) -> tuple[dict[tuple[int, int], dict[str, np.ndarray]], dict]:
     """The tensors of the maps from `source` (None: every source) into `target` (None: every
     target), {(source, target): parts}, and the file's metadata."""
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            meta = handle.metadata() or {}
-            if meta.get("format") != FORMAT:
-                raise CorruptFileError(
-                    f"{path}: not a jtc shortcut map file (format {meta.get('format')!r}, "
-                    f"expected {FORMAT!r}); {stamps.rebuild_hint(path)}"
-                )
-            stamps.check(path, stamps.parse(meta.get(stamps.KEY)))
-            grouped: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-            for name in handle.keys():
-                s, t, part = _split_name(path, name)
-                if source in (None, s) and target in (None, t):
-                    value = _verified(path, name, handle.get_tensor(name), meta)
-                    grouped.setdefault((s, t), {})[part] = value
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CorruptFileError(
-            f"cannot read shortcut maps {path}: {exc}; {stamps.rebuild_hint(path)}"
-        ) from exc
+
+    def wanted(name: str) -> bool:
+        s, t, _ = _split_name(path, name)
+        return source in (None, s) and target in (None, t)
+
+    tensors, meta = read_tensor_file(path, FORMAT, "shortcut map", wanted)
+    grouped: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+    for name, value in tensors.items():
+        s, t, part = _split_name(path, name)
+        grouped.setdefault((s, t), {})[part] = value
     return grouped, meta
 
 
@@ -446,10 +437,11 @@ def save_part_maps(
 
 
 def read_tensor_file(
-    path: str | Path, fmt: str, what: str
+    path: str | Path, fmt: str, what: str, wanted: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Every tensor of a jtc tensor file of format `fmt` (a `what`), each checked against the
-    checksum the file stores for it, and the file's metadata."""
+    """The tensors of a jtc tensor file of format `fmt` (a `what`): every one, or those whose
+    name `wanted` accepts (the others are not read), each checked against the checksum the
+    file stores for it; and the file's metadata."""
     try:
         with safe_open(str(path), framework="numpy") as handle:
             meta = handle.metadata() or {}
@@ -460,11 +452,13 @@ def read_tensor_file(
                 )
             stamps.check(path, stamps.parse(meta.get(stamps.KEY)))
             tensors = {
-                name: _verified(path, name, handle.get_tensor(name), meta) for name in handle.keys()
+                name: _verified(path, name, handle.get_tensor(name), meta)
+                for name in handle.keys()
+                if wanted is None or wanted(name)
             }
     except (SafetensorError, OSError, ValueError) as exc:
         raise CorruptFileError(
-            f"cannot read {what} {path}: {exc}; {stamps.rebuild_hint(path)}"
+            f"cannot read {what} file {path}: {exc}; {stamps.rebuild_hint(path)}"
         ) from exc
     return tensors, meta
 

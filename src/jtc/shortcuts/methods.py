@@ -1,12 +1,12 @@
 """The shortcut methods: what each needs and which layer pairs it fits (torch-free, for planning).
 
 Every method but id stores its maps the same way (jtc.shortcuts.maps), one file per model, corpus
-and
-method, so the stages that use maps need no method-specific code. Only the fitting differs: mat
-and rrr are solved in closed form (jtc.shortcuts.closed_form), the others are trained
-(jtc.shortcuts.train); every method
-that needs the training states alone is fitted by rule fit_map, one job per (model, corpus),
-and the tuned lens, trained through the model's head, by rule train_map.
+and method, so the stages that use maps need no method-specific code. Only the fitting differs:
+mat and rrr are solved in closed form (jtc.shortcuts.closed_form), the others are trained
+(jtc.shortcuts.train, jtc.shortcuts.lens); every method that needs the training states alone is
+fitted by jtc.shortcuts.fit.fit_method (rule fit_map, one job per (model, corpus)), and the
+tuned lens, trained through the model's head, by jtc.shortcuts.lens.fit_tuned_lens (rule
+train_map).
 """
 
 from __future__ import annotations
@@ -120,9 +120,14 @@ def applicable(method: str, predicts: bool) -> bool:
     return predicts or not METHODS[method].needs_head
 
 
+def default_rank(width: int) -> int:
+    """NJTC's rank: floor(d / 100), at least 1."""
+    return max(1, width // 100)
+
+
 def rank_of(settings: dict[str, Any], width: int) -> int:
-    """A low-rank method's rank: config training.<method>.rank, or floor(d / 100), at least 1."""
-    return settings.get("rank") or max(1, width // 100)
+    """A low-rank method's rank: config training.<method>.rank, or default_rank(d)."""
+    return settings.get("rank") or default_rank(width)
 
 
 def fitted_targets(method: str, targets: str, source: int, num_layers: int) -> list[int]:

@@ -1,6 +1,6 @@
 """Linear shortcuts across sub-modules (torch-free): a least-squares map per (block, part) from
-the part's recorded input to its output, its r² on held-out states, and which parts each
-replacement variant swaps for its maps.
+the part's recorded input to its output (`fit_part_maps` writes them all to one file), its r²
+on held-out states, and which parts each replacement variant swaps for its maps.
 
 Blocks are numbered 1..L (block b maps h_{b-1} to h_b); the parts are jtc.model.adapters.PART_NAMES.
 """
@@ -17,7 +17,7 @@ import pyarrow as pa
 from jtc.evaluation.r2 import shortcut_r2
 from jtc.files.io import part_file, read_json, read_site, read_site_aligned, rows_table
 from jtc.shortcuts.closed_form import fit_source
-from jtc.shortcuts.maps import ShortcutMap
+from jtc.shortcuts.maps import PartMapWriter, ShortcutMap
 
 if TYPE_CHECKING:
     import torch
@@ -85,6 +85,39 @@ def fit_parts(
             weights[(block, part)] = fitted[0]
             solvers[f"{block}.{part}"] = solver
     return weights, solvers
+
+
+def fit_part_maps(
+    train_dir: str | Path,
+    out: str | Path,
+    *,
+    model: str,
+    corpus: str,
+    threads: int,
+    device: torch.device | None = None,
+) -> None:
+    """The maps of every part of every block (fit_parts) fitted from the recorded training
+    inputs and outputs and written to the part map file `out` a block at a time (on `device`,
+    a GPU, when given, else numpy limited to `threads`), with the rows they were fitted on.
+    Warns (logger "jtc") for the parts fitted on fewer rows than their input width."""
+    from threadpoolctl import threadpool_limits
+
+    from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_underdetermined_parts
+
+    info = read_json(Path(train_dir) / "info.json")
+    rows = info["sentences"]  # one row (position) per sentence, in every part's files
+    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": rows, TRAINING_ROWS: rows}
+    solvers = {}
+    widths: dict[str, int] = {}  # part -> its input width (the widest over the blocks)
+    with PartMapWriter(out, meta) as maps, threadpool_limits(threads):
+        for block in range(1, info["num_layers"] + 1):
+            weights, block_solvers = fit_parts(train_dir, [block], device)
+            maps.add(block, {part: weight for (_, part), weight in weights.items()})
+            solvers.update(block_solvers)
+            for (_, part), weight in weights.items():
+                widths[part] = max(widths.get(part, 0), weight.shape[1])
+        maps.metadata["solvers"] = solvers
+    warn_underdetermined_parts(model, corpus, rows, widths)
 
 
 def part_r2_table(

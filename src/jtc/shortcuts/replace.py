@@ -5,21 +5,30 @@ A "jump" at layer l runs blocks 1..l normally and every later block with the cho
 replaced by their maps at every position. The states h_l at every position (the prefix) are the
 same for every variant, so one unmodified forward pass records them at every jump layer at once
 (`prefix_states`) and each (jump layer, variant) runs only the blocks after l from them
-(`replaced_final_states`).
+(`replaced_final_states`). `replaced_scores` does both for every jump layer and variant and
+scores each run's prediction against the unmodified model's.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
 from jtc.data.extract import padded_batches, run_states
+from jtc.evaluation.decode import final_reference, score, score_table
+from jtc.logs import Progress
 from jtc.model.adapters import Adapter
+from jtc.model.head import Head
 from jtc.model.hooks import StateRecorder, hidden_input, hidden_output
 from jtc.shortcuts.maps import ShortcutMap
+
+log = logging.getLogger(__name__)
 
 
 class PartReplacer:
@@ -189,3 +198,64 @@ def replaced_final_states(
         handle.remove()
         adapter.swap_blocks(model, original)
     return states[-1]
+
+
+def replaced_scores(
+    model: nn.Module,
+    adapter: Adapter,
+    head: Head,
+    inputs: list[np.ndarray],
+    final_states: np.ndarray,
+    sentence_ids: np.ndarray,
+    positions: np.ndarray,
+    gold_ids: np.ndarray,
+    part_maps: Mapping[tuple[int, str], ShortcutMap],
+    *,
+    variants: Mapping[str, Sequence[str]],
+    jumps: Sequence[int],
+    top_k: int,
+    batch_size: int,
+    pad_id: int,
+) -> pa.Table:
+    """For every jump layer l in `jumps`: h_l at every position of the sentences `inputs` (their
+    token ids), from one pass of the unmodified model (blocks 1..max(jumps)); then for each
+    variant (`variants`: its part names), blocks l+1..L run from those states with the variant's
+    parts replaced by their maps (`part_maps`), and the final states at `positions` decoded and
+    scored against the unmodified model's prediction (from its stored `final_states`, the
+    states h_L there). One table: jtc.evaluation.decode's score columns, method = variant,
+    layer = l. A run that overflows (inf or NaN) counts as a miss, with a warning."""
+    started = time.perf_counter()
+    prefixes = prefix_states(model, adapter, inputs, jumps, batch_size, pad_id)
+    log.info("blocks 1..%d: %.2f s", max(jumps), time.perf_counter() - started)
+    reference = final_reference(head, final_states, top_k)
+    tables = []
+    progress = Progress(len(set(jumps)) * len(variants), "replace", "runs")
+    for jump in sorted(set(jumps)):
+        for variant, parts in variants.items():
+            replaced = {k: m for k, m in part_maps.items() if k[1] in parts}
+            started = time.perf_counter()
+            states = replaced_final_states(
+                model, adapter, prefixes[jump], positions, jump, replaced, batch_size
+            )
+            forward = time.perf_counter() - started
+            scores = score(head, reference, states, gold_ids)
+            log.info(
+                "%s, jump %d: precision@1 %.3f; forward passes %.2f s",
+                variant,
+                jump,
+                np.mean(scores["final_rank"] == 1),
+                forward,
+            )
+            diverged = int((scores["top1_id"] < 0).sum())
+            if diverged:
+                log.warning(
+                    "%s, jump %d: %d of %d runs overflowed (inf or NaN): counted as misses",
+                    variant,
+                    jump,
+                    diverged,
+                    len(sentence_ids),
+                )
+            tables.append(score_table(variant, jump, sentence_ids, scores))
+            progress.update(1)
+        del prefixes[jump]  # memory: this jump layer's states are done with
+    return pa.concat_tables(tables)

@@ -4,8 +4,8 @@ jtc.shortcuts.closed_form:
 - NJTC: h_l' ≈ h_l · A · B with A d × r, B r × d, trained jointly on the mean squared error;
 - N-NJTC: the same after a batch normalisation of h_l (learned scale and shift; running
   statistics at evaluation) (Normalized Narrow Jump To Conclusions, arXiv 2409.14091);
-- a tuned-lens style translator h + W h + b into the last layer, trained on KL(final ‖
-  translated) through the model's own decoder head (Belrose et al. 2023, arXiv 2303.08112).
+- the tuned lens, trained through the model's decoder head, is jtc.shortcuts.lens (it trains
+  with `train_module` too).
 
 Each starts from the closed-form optimum of a least-squares objective on the rows it trains on
 (TrainSettings.warm_start; jtc.shortcuts.closed_form), not from a random point:
@@ -14,12 +14,10 @@ Each starts from the closed-form optimum of a least-squares objective on the row
   of its own objective, which gradient descent can then only refine by chance on held-out rows;
 - N-NJTC with the running statistics set to the training rows' mean and variance (γ = 1), and
   A·B and the shift β from the reduced-rank regression, with an intercept, of the target on
-  the standardised rows: the optimum of its objective at evaluation (running statistics);
-- the tuned lens from the least-squares affine map of the last layer's states on the source
-  states (h_L ≈ h A + c: I + W = A^T, b = c), the "mat with an intercept" that KL then tunes.
+  the standardised rows: the optimum of its objective at evaluation (running statistics).
 
 With warm_start false they start as the methods' authors' do: torch.nn.Linear's random
-initialisation, and the identity (W = 0, b = 0, the logit lens).
+initialisation.
 
 Each pair (source, target) is trained on its own, from a seed derived from (seed, method,
 source, target), so a map does not depend on which other pairs a job trains. A seeded part of
@@ -41,8 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from jtc.evaluation.decode import Head, Reference, final_reference
-from jtc.shortcuts.closed_form import least_squares_affine, reduced_rank, reduced_rank_affine
+from jtc.devices import job_device
+from jtc.shortcuts.closed_form import reduced_rank, reduced_rank_affine
 from jtc.shortcuts.maps import DEFAULT_NORM_EPS
 
 OPTIMIZERS = ("adam", "sgd")
@@ -109,11 +107,6 @@ class TrainResult:
         }
 
 
-def default_rank(width: int) -> int:
-    """NJTC's rank: floor(d / 100), at least 1."""
-    return max(1, width // 100)
-
-
 def pair_seed(seed: int, method: str, source: int, target: int) -> int:
     """A seed of its own for each (method, source, target), stable across runs and platforms."""
     entropy = [seed, zlib.crc32(method.encode()), source, target]
@@ -177,42 +170,6 @@ class LowRankMap(nn.Module):
             for name, t in self.state_dict().items()
             if not name.endswith("num_batches_tracked")
         }
-
-
-class AffineTranslator(nn.Module):
-    """h ↦ h + W h + b, created at the identity (W = 0, b = 0)."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(width, width))
-        self.bias = nn.Parameter(torch.zeros(width))
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + nn.functional.linear(h, self.weight, self.bias)
-
-    @torch.no_grad()
-    def start_at(self, x: np.ndarray, y: np.ndarray) -> None:
-        """Start from the least-squares affine map y ≈ x A + c on these rows: I + W = A^T,
-        b = c (W = A^T - I is formed in float64 and then rounded); computed by
-        jtc.shortcuts.closed_form's torch
-        path on the module's device."""
-        weight, bias = least_squares_affine(x, y, self.weight.device)  # torch, float64
-        self.weight.copy_(torch.as_tensor(weight - np.eye(len(weight), weight.shape[1])))
-        self.bias.copy_(torch.as_tensor(bias))
-
-    def tensors(self) -> dict[str, np.ndarray]:
-        """Stored as one affine map: weight I + W, bias b."""
-        weight = self.weight.detach().cpu().numpy()
-        return {
-            "weight": weight + np.eye(len(weight), dtype=weight.dtype),
-            "bias": self.bias.detach().cpu().numpy(),
-        }
-
-
-def _device(device: str | torch.device | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -314,7 +271,7 @@ def train_module(
     return result
 
 
-def _as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.tensor(np.asarray(array, dtype=np.float32), device=device)
 
 
@@ -330,10 +287,10 @@ def train_low_rank(
 ) -> TrainResult:
     """NJTC (normalise False) or N-NJTC (True) from states x (n, d) to y (n, d), by MSE, from
     the closed-form start of the module docstring (or torch's random one: warm_start false)."""
-    device = _device(device)
+    device = job_device() if device is None else torch.device(device)
     generator = torch.Generator().manual_seed(seed)
     module = LowRankMap(x.shape[1], rank, normalise, generator).to(device)
-    xs, ys = _as_tensor(x, device), _as_tensor(y, device)
+    xs, ys = as_tensor(x, device), as_tensor(y, device)
 
     def loss_of(net: nn.Module, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.to(device)
@@ -341,59 +298,6 @@ def train_low_rank(
 
     def start_at(rows: np.ndarray) -> None:
         module.start_at(x[rows], y[rows])
-
-    start = start_at if settings.warm_start else None
-    result = train_module(module, loss_of, len(x), settings, generator, start)
-    result.tensors = module.tensors()
-    return result
-
-
-def lens_loss(head: Head, reference: Reference, states: torch.Tensor, rows: torch.Tensor):
-    """Mean KL(final ‖ D(states)) over `rows`, from the O(width) summary of the final
-    prediction: KL = Σ p ln p − (f·Σ p W + Σ p b) + logsumexp(W f + b), f = transform(state)."""
-    features = head.features(states)
-    expected = (features * reference.expected_weight[rows]).sum(1) + reference.expected_bias[rows]
-    log_norm = torch.logsumexp(head.unembed(features), dim=1)
-    return (reference.neg_entropy[rows] - expected + log_norm).mean()
-
-
-def lens_reference(head: Head, final_states: np.ndarray) -> Reference:
-    """What the tuned lens's loss needs of the final prediction D(h_L)
-    (jtc.evaluation.decode.Reference),
-    as plain tensors on the head's device; the same for every source layer of a job."""
-    reference = final_reference(head, final_states, 1)
-    # inference-mode tensors cannot take part in autograd: plain copies, on the head's device
-    return Reference(
-        **{f.name: getattr(reference, f.name).to(head.device).clone() for f in fields(Reference)}
-    )
-
-
-def train_tuned_lens(
-    x: np.ndarray,
-    head: Head,
-    final_states: np.ndarray,
-    *,
-    settings: TrainSettings,
-    seed: int,
-    reference: Reference | None = None,
-) -> TrainResult:
-    """The translator from states x (n, d) to the last layer, trained by KL to the final
-    prediction D(h_L) at the same positions (final_states: h_L); on the head's device.
-    `reference`: lens_reference(head, final_states), when the caller has it already."""
-    for param in [*(head.transform.parameters() if head.transform else []), head.weight]:
-        param.requires_grad_(False)
-    if reference is None:
-        reference = lens_reference(head, final_states)
-    generator = torch.Generator().manual_seed(seed)
-    module = AffineTranslator(x.shape[1]).to(head.device)
-    xs = _as_tensor(x, head.device)
-
-    def loss_of(net: nn.Module, rows: torch.Tensor) -> torch.Tensor:
-        rows = rows.to(head.device)
-        return lens_loss(head, reference, net(xs[rows]), rows)
-
-    def start_at(rows: np.ndarray) -> None:
-        module.start_at(x[rows], final_states[rows])
 
     start = start_at if settings.warm_start else None
     result = train_module(module, loss_of, len(x), settings, generator, start)

@@ -49,6 +49,7 @@ def parameter_table(
     from jtc.files.io import read_json, write_table
     from jtc.logs import ready
     from jtc.shortcuts.maps import parameter_table as parameters
+    from jtc.shortcuts.underdetermined import with_training_rows
 
     ready()
     info = read_json(f"{model_dir}/info.json")
@@ -60,32 +61,3 @@ def parameter_table(
         corpus=corpus,
     )
     write_table(with_training_rows(table, map_files, model=model, corpus=corpus), out, csv=True)
-
-
-def with_training_rows(table, map_files: dict[str, str], *, model: str, corpus: str):
-    """The parameter table with two more columns: `training_rows` (the rows each method's maps
-    were fitted on, from its map file; null for id, which fits nothing) and `underdetermined`
-    (fewer rows than `hidden_size`, the width of the states a map reads; false for id, null
-    where a map file records no rows). Logs a warning (logger "jtc") for every underdetermined
-    method."""
-    import pyarrow as pa
-
-    from jtc.shortcuts.maps import read_metadata
-    from jtc.shortcuts.underdetermined import (
-        training_rows,
-        underdetermined,
-        warn_if_underdetermined,
-    )
-
-    rows = {method: training_rows(read_metadata(path)) for method, path in map_files.items()}
-    counts, flags = [], []
-    for method, width in zip(
-        table.column("method").to_pylist(), table.column("hidden_size").to_pylist(), strict=True
-    ):
-        n = rows.get(method)
-        counts.append(n)
-        flags.append(underdetermined(n, width) if method in rows else False)
-        if n is not None:
-            warn_if_underdetermined(model, corpus, method, n, width)
-    table = table.append_column("training_rows", pa.array(counts, pa.int64()))
-    return table.append_column("underdetermined", pa.array(flags, pa.bool_()))

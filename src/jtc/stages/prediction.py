@@ -137,11 +137,11 @@ def prediction_examples(
     layers: list[int],
     threads: int,
 ) -> None:
-    """A few validation sentences with the model's top-5 and each method's top-5 per layer:
-    a table (`out`, and CSV), Markdown and the same as an HTML page (`page`)."""
+    """A few validation sentences with the model's top-5 and each method's top-5 per layer
+    (jtc.report.examples.example_predictions): a table (`out`, and CSV), Markdown and the same
+    as an HTML page (`page`)."""
     import numpy as np
 
-    from jtc.evaluation.decode import top_tokens
     from jtc.files.io import (
         atomic_path,
         read_aligned,
@@ -154,7 +154,6 @@ def prediction_examples(
     from jtc.model.head import load_decoder_head
     from jtc.report import examples
     from jtc.report.pages import markdown_page
-    from jtc.shortcuts.maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
     tokenizer = examples.load_tokenizer(model_dir)
@@ -162,43 +161,24 @@ def prediction_examples(
     ready()
     positions, info = read_positions(val_dir)
     all_ids = positions.column("sentence_id").to_numpy()
-    chosen = positions.slice(0, count)  # the validation split is in seeded random order
-    ids = all_ids[:count]
-    last = info["num_layers"]
-    corpus_table = read_table(sentences, ["sentence_id", "text"])
-    text_of = dict(
-        zip(
-            corpus_table.column("sentence_id").to_pylist(),
-            corpus_table.column("text").to_pylist(),
-            strict=True,
-        )
+    table = read_table(sentences, ["sentence_id", "text"])
+    texts = dict(
+        zip(table.column("sentence_id").to_pylist(), table.column("text").to_pylist(), strict=True)
     )
-    context = examples.contexts(
-        tokenizer,
-        [text_of[int(i)] for i in ids],
-        ids,
-        chosen.column("position").to_numpy(),
-        task=info["task"],
-        seed=info["seed"],
-        max_tokens=info["max_tokens"],
-        mask_token_id=model_info.get("mask_token_id"),
-    )
-    gold = [
-        examples.token_text(tokenizer, g) if g >= 0 else "(end of sentence)"
-        for g in chosen.column("gold_id").to_pylist()
-    ]
 
     def layer_states(layer: int) -> np.ndarray:
         return read_aligned(val_dir, layer, all_ids, np.float32)[:count]
 
-    predictions = {(examples.FINAL, last): top_tokens(head, layer_states(last), 5)}
-    for layer in examples.example_layers(layers, last):
-        states = layer_states(layer)
-        for method in sorted(maps):
-            mapped = to_last_layer(maps[method], layer, states, last)
-            predictions[(method, layer)] = top_tokens(head, mapped.astype(np.float32), 5)
-    table = examples.examples_table(
-        ids, context, gold, predictions, lambda t: examples.token_text(tokenizer, t)
+    table = examples.example_predictions(
+        head,
+        tokenizer,
+        positions.slice(0, count),  # the first: the validation split is in seeded random order
+        texts,
+        layer_states,
+        maps,
+        split=info,
+        layers=layers,
+        mask_token_id=model_info.get("mask_token_id"),
     )
     write_table(table, out, csv=True, page=False)
     text = examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"

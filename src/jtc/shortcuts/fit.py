@@ -1,0 +1,263 @@
+"""Fitting a method's shortcut maps from the training states alone, one call per method:
+`fit_method(method, states, out, ...)` fits the maps from every source layer and writes them to
+one map file (jtc.shortcuts.maps.MapWriter), a source layer at a time.
+
+mat and rrr are solved in closed form (jtc.shortcuts.closed_form), on the GPU when the job has
+one; NJTC, N-NJTC and the one-map methods are trained on MSE (jtc.shortcuts.train). Torch is
+imported only when a trained method is fitted. The tuned lens, trained through the model's
+decoder head, is jtc.shortcuts.lens (it shares `map_metadata` and `train_pairs`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from jtc.shortcuts.train import TrainResult, TrainSettings
+
+log = logging.getLogger(__name__)
+
+
+def map_metadata(states: list[np.ndarray], model: str, corpus: str, method: str) -> dict:
+    """A method's map file metadata: what was fitted, on how many sentences (`n_train`) and on
+    how many training rows (`training_rows`, read by jtc.shortcuts.underdetermined: the
+    sentences, or for a map trained on the pooled pairs of every layer, sentences × layers).
+    Warns (logger "jtc") when the rows are fewer than the width of the states, the inputs of one
+    output coordinate."""
+    from jtc.shortcuts.methods import METHODS
+    from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_if_underdetermined
+
+    sentences, width = states[0].shape
+    pooled = len(states) - 1 if METHODS[method].one_map == "pooled" else 1
+    rows = sentences * pooled
+    warn_if_underdetermined(model, corpus, method, rows, width)
+    return {
+        "method": method,
+        "model": model,
+        "corpus": corpus,
+        "n_train": sentences,
+        TRAINING_ROWS: rows,
+    }
+
+
+def fit_method(
+    method: str,
+    states: list[np.ndarray],
+    out: str | Path,
+    *,
+    settings: dict,
+    seed: int,
+    threads: int,
+    model: str,
+    corpus: str,
+) -> None:
+    """Fit `method`'s maps (config training.<method>: `settings`) from the training states
+    h_0..h_L of every layer (`states`, rows aligned) and write them to the map file `out`: mat
+    and rrr in closed form, the others trained by gradient descent from `seed` (each layer
+    pair from its own, jtc.shortcuts.train.pair_seed). `model` and `corpus` name the maps in
+    the file's metadata."""
+    from jtc.shortcuts.methods import METHODS
+
+    meta = map_metadata(states, model, corpus, method)
+    if METHODS[method].trained:
+        _trained(method, states, out, meta, settings, seed, threads)
+    else:
+        _closed_form(method, states, out, meta, settings, threads)
+
+
+def _closed_form(
+    method: str, states: list, out: str | Path, meta: dict, settings: dict, threads: int
+) -> None:
+    """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
+    in the metric of the source states, into the layers NJTC fits."""
+    from threadpoolctl import threadpool_limits
+
+    from jtc.devices import linalg_device
+    from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import fitted_targets, rank_of
+
+    last = len(states) - 1
+    device = linalg_device()
+    solvers = {}
+    if method == "rrr":
+        meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings["targets"])
+    with MapWriter(out, meta) as maps, threadpool_limits(threads):
+        for source in range(last):
+            targets = fitted_targets(method, settings.get("targets", "all"), source, last)
+            pairs = ((t, states[t]) for t in targets)
+            if method == "rrr":
+                fitted, solver = fit_source_reduced_rank(
+                    states[source], pairs, meta["rank"], device
+                )
+            else:
+                fitted, solver = fit_source(states[source], pairs, device)
+            maps.add(source, fitted)
+            solvers[source] = solver
+        maps.metadata["solvers"] = solvers
+
+
+def _trained(
+    method: str,
+    states: list,
+    out: str | Path,
+    meta: dict,
+    settings: dict,
+    seed: int,
+    threads: int,
+) -> None:
+    """NJTC and N-NJTC: a map per layer pair, by MSE; one_jump and one_jump_selected: one map
+    into the last layer, used from every layer (_pooled, _selected)."""
+    import torch
+
+    from jtc.shortcuts.methods import METHODS, rank_of
+    from jtc.shortcuts.train import TrainSettings, train_low_rank
+
+    torch.set_num_threads(threads)
+    training = TrainSettings.from_config(settings)
+    meta.update(seed=seed, settings=settings)
+    if METHODS[method].one_map == "pooled":
+        _pooled(method, states, out, meta, settings, training, seed)
+        return
+    if METHODS[method].one_map == "selected":
+        _selected(method, states, out, meta, settings, training, seed)
+        return
+
+    def train(source: int, target: int, pair: int) -> TrainResult:
+        return train_low_rank(
+            states[source],
+            states[target],
+            rank=rank_of(settings, states[source].shape[1]),
+            normalise=method == "nnjtc",
+            settings=training,
+            seed=pair,
+        )
+
+    train_pairs(method, len(states) - 1, out, meta, settings.get("targets", "last"), seed, train)
+
+
+def train_pairs(
+    method: str,
+    last: int,
+    out: str | Path,
+    meta: dict,
+    targets: str,
+    seed: int,
+    train: Callable[[int, int, int], TrainResult],
+) -> None:
+    """Train a method's maps from every source layer to the target layers `targets` asks for
+    (jtc.shortcuts.methods.fitted_targets), `train(source, target, seed)` each pair from its
+    own seed (so a map does not depend on which others the job trains), and write them to `out`
+    with the training summaries in its metadata."""
+    from jtc.logs import Progress
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import fitted_targets
+    from jtc.shortcuts.train import pair_seed
+
+    summaries = {}
+    pairs = sum(len(fitted_targets(method, targets, source, last)) for source in range(last))
+    progress = Progress(pairs, f"train {method}", "layer pairs")
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            results = {}
+            for target in fitted_targets(method, targets, source, last):
+                result = results[target] = train(
+                    source, target, pair_seed(seed, method, source, target)
+                )
+                log.info(
+                    "%s %d -> %d: %s, %.2f s",
+                    method,
+                    source,
+                    target,
+                    result.summary(),
+                    result.seconds,
+                )
+                summaries[f"{source}->{target}"] = result.summary()
+                progress.update(1)
+            maps.add(source, {t: r.tensors for t, r in results.items()})
+        maps.metadata["training"] = summaries
+
+
+def _pooled(
+    method: str,
+    states: list,
+    out: str | Path,
+    meta: dict,
+    settings: dict,
+    training: TrainSettings,
+    seed: int,
+) -> None:
+    """One map trained on the pooled pairs (h_l, h_L) of every layer l < L (one_jump), stored
+    as every layer's map into the last."""
+    from jtc.shortcuts.maps import MapWriter
+    from jtc.shortcuts.methods import rank_of
+    from jtc.shortcuts.train import pair_seed, train_low_rank
+
+    last = len(states) - 1
+    sources = np.concatenate(states[:last])
+    targets = np.concatenate([states[last]] * last)
+    result = train_low_rank(
+        sources,
+        targets,
+        rank=rank_of(settings, sources.shape[1]),
+        normalise=True,
+        settings=training,
+        seed=pair_seed(seed, method, 0, last),
+    )
+    log.info("%s, every layer -> %d: %s, %.2f s", method, last, result.summary(), result.seconds)
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            maps.add(source, {last: result.tensors})
+        maps.metadata["training"] = {f"0..{last - 1}->{last}": result.summary()}
+
+
+def _selected(
+    method: str,
+    states: list,
+    out: str | Path,
+    meta: dict,
+    settings: dict,
+    training: TrainSettings,
+    seed: int,
+) -> None:
+    """One of the per-layer N-NJTC maps into the last layer (each trained from N-NJTC's seed
+    for its pair: with N-NJTC's settings, they are N-NJTC's maps), chosen by
+    jtc.shortcuts.selection and stored as every layer's map into the last (one_jump_selected)."""
+    from jtc.logs import Progress
+    from jtc.shortcuts.maps import MapWriter, ShortcutMap
+    from jtc.shortcuts.methods import rank_of
+    from jtc.shortcuts.selection import select_one_map
+    from jtc.shortcuts.train import pair_seed, train_low_rank
+
+    last = len(states) - 1
+    progress = Progress(last, f"train {method}", "candidate maps")
+    candidates, summaries = {}, {}
+    for source in range(last):
+        result = train_low_rank(
+            states[source],
+            states[last],
+            rank=rank_of(settings, states[source].shape[1]),
+            normalise=True,
+            settings=training,
+            seed=pair_seed(seed, "nnjtc", source, last),
+        )
+        candidates[source] = result.tensors
+        summaries[f"{source}->{last}"] = result.summary()
+        progress.update(1)
+    chosen, scores = select_one_map(
+        {s: ShortcutMap(t) for s, t in candidates.items()}, states, last
+    )
+    log.info("%s: the map from layer %d, mean cosine %.4f", method, chosen, scores[chosen])
+    with MapWriter(out, meta) as maps:
+        for source in range(last):
+            maps.add(source, {last: candidates[chosen]})
+        maps.metadata.update(
+            training=summaries,
+            selected_source=chosen,
+            mean_cosine={str(s): float(v) for s, v in scores.items()},
+        )
