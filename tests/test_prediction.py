@@ -142,8 +142,7 @@ def test_examples_show_context_and_top5(validation, tmp_path):
         str(tmp_path / "ex.html"),
         model="tiny",
         corpus="c",
-        count=3,
-        layers=[],
+        settings={"examples": 3, "example_layers": []},
         threads=1,
     )
     table = read_table(tmp_path / "ex.parquet").to_pylist()

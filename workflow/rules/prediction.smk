@@ -123,8 +123,7 @@ rule prediction_examples:
         gpu_memory_percent=gpu_share("prediction_examples", "validation"),
     params:
         methods=METHODS,
-        examples=config["prediction"]["examples"],
-        layers=config["prediction"]["example_layers"],
+        settings=ExampleSettings.param(config),
         code=code_hash("prediction_examples"),
     script:
         "../scripts/prediction_examples.py"

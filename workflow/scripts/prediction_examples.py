@@ -13,7 +13,6 @@ with job(snakemake):
         snakemake.output.html,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
-        count=p.examples,
-        layers=p.layers,
+        settings=p.settings,
         threads=snakemake.threads,
     )

@@ -133,13 +133,12 @@ def prediction_examples(
     *,
     model: str,
     corpus: str,
-    count: int,
-    layers: list[int],
+    settings: dict,
     threads: int,
 ) -> None:
     """A few validation sentences with the model's top-5 and each method's top-5 per layer
     (jtc.report.examples.example_predictions): a table (`out`, and CSV), Markdown and the same
-    as an HTML page (`page`)."""
+    as an HTML page (`page`). `settings`: config prediction's examples and example_layers."""
     import numpy as np
 
     from jtc.files.io import (
@@ -154,6 +153,10 @@ def prediction_examples(
     from jtc.model.head import load_decoder_head
     from jtc.report import examples
     from jtc.report.pages import markdown_page
+    from jtc.settings import ExampleSettings
+
+    settings = ExampleSettings.of(settings)
+    count = settings.examples
 
     head = load_decoder_head(model_dir, model, threads)
     tokenizer = examples.load_tokenizer(model_dir)
@@ -177,7 +180,7 @@ def prediction_examples(
         layer_states,
         maps,
         split=info,
-        layers=layers,
+        layers=list(settings.example_layers),
         mask_token_id=model_info.get("mask_token_id"),
     )
     write_table(table, out, csv=True, page=False)
