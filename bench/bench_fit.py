@@ -24,7 +24,8 @@ import numpy as np
 from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
-from jtc.files.io import read_json, read_states
+from jtc.data.states import read_states
+from jtc.files.io import read_json
 from jtc.shortcuts.closed_form import fit_source
 
 

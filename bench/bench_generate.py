@@ -25,10 +25,11 @@ from common import load_smollm2  # noqa: E402
 
 from jtc import paths  # noqa: E402
 from jtc.api import Shortcuts  # noqa: E402
+from jtc.data.states import read_positions  # noqa: E402
 from jtc.evaluation.early_exit import ExitRule, mean_prefix_length  # noqa: E402
 from jtc.evaluation.generate import generate  # noqa: E402
 from jtc.evaluation.shortlist import Shortlist, load_factors  # noqa: E402
-from jtc.files.io import read_positions, read_table  # noqa: E402
+from jtc.files.io import read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
 from jtc.settings import EarlyExitSettings  # noqa: E402

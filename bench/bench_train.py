@@ -77,7 +77,8 @@ def job_start_seconds(train_dir: str) -> float:
 
 def real_data(args, device):
     """{source: states}, final states and the cached SmolLM2 head."""
-    from jtc.files.io import read_aligned, read_json, read_states
+    from jtc.data.states import read_aligned, read_states
+    from jtc.files.io import read_json
     from jtc.model.head import load_decoder_head
 
     last = read_json(Path(args.states) / "info.json")["num_layers"]

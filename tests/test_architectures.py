@@ -15,7 +15,8 @@ from tiny import make_tokenizer, write_sentences
 
 from jtc.data.corpus import select_split
 from jtc.data.extract import prepare_sentences
-from jtc.files.io import read_json, read_states, read_table
+from jtc.data.states import read_states
+from jtc.files.io import read_json, read_table
 from jtc.model.adapters import UnsupportedArchitecture, adapter_of, architecture_problem
 from jtc.model.cache import load_cached
 from jtc.model.classes import task_of

@@ -7,8 +7,8 @@ from test_extract import prepare_tiny, run_extract
 from tiny import make_model
 
 import jtc.model.head as head_mod
+from jtc.data.states import read_states
 from jtc.evaluation.decode import final_reference, score, top_tokens
-from jtc.files.io import read_states
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head, NoDecoderHead
 

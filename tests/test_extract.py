@@ -7,7 +7,7 @@ import torch
 from tiny import SENTENCES, make_model
 
 from jtc.data.extract import draw_position, extract, prepare_inputs, run_states
-from jtc.files.io import read_states
+from jtc.data.states import read_states
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import model_info
 

@@ -15,7 +15,8 @@ from tiny import make_model, save_model
 from jtc.data import corpus, sources
 from jtc.data.corpus import CorpusError
 from jtc.data.extract import extract, prepare_inputs
-from jtc.files.io import CorruptFileError, StateWriter, layer_file, read_states, write_json
+from jtc.data.states import StateWriter, layer_file, read_states
+from jtc.files.io import CorruptFileError, write_json
 from jtc.model.cache import cache_model, load_cached, model_info
 from jtc.model.sources import ModelSourceError
 from jtc.shortcuts.maps import (

@@ -9,7 +9,8 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model, save_model
 
-from jtc.files.io import read_json, read_states, read_table, write_json, write_table
+from jtc.data.states import read_states
+from jtc.files.io import read_json, read_table, write_json, write_table
 from jtc.model.adapters import UnsupportedArchitecture, get_adapter
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.head import Head, load_decoder_head

@@ -12,12 +12,8 @@ from test_models import TEXTS
 from tiny import make_model, write_sentences
 
 from jtc.data.extract import extract, prepare_sentences, run_states
-from jtc.files.io import (
-    CorruptFileError,
-    part_file,
-    read_site,
-    read_states,
-)
+from jtc.data.states import part_file, read_site, read_states
+from jtc.files.io import CorruptFileError
 from jtc.model import adapters
 from jtc.model.adapters import UnsupportedArchitecture, get_adapter, part_adapter
 from jtc.model.cache import cache_model, load_cached, model_info

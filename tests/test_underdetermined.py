@@ -12,7 +12,8 @@ from docutils.core import publish_parts
 from jinja2 import Environment
 from test_headline import parameters, r2_table
 
-from jtc.files.io import StateWriter, layer_file, part_file, write_json
+from jtc.data.states import StateWriter, layer_file, part_file
+from jtc.files.io import write_json
 from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
 from jtc.shortcuts.maps import read_metadata
 from jtc.shortcuts.methods import METHODS

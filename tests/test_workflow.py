@@ -718,8 +718,8 @@ def test_readme_api_example_runs(tiny_run, tmp_path):
 def test_api_reproduces_the_workflow_numbers(tiny_run, tmp_path):
     from jtc.api import Lens, ShortcutMismatch, Shortcuts
     from jtc.cli import main
+    from jtc.data.states import read_aligned, read_states
     from jtc.evaluation.r2 import r2_score
-    from jtc.files.io import read_aligned, read_states
     from jtc.model.cache import load_cached
 
     workdir = tiny_run

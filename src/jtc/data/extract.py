@@ -18,7 +18,8 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from jtc.files.io import StateWriter, layer_file, part_file, write_json, write_table
+from jtc.data.states import StateWriter, layer_file, part_file
+from jtc.files.io import write_json, write_table
 from jtc.logs import Progress
 from jtc.model.adapters import Adapter, adapter_of, part_adapter
 from jtc.model.hooks import PartRecorder, Recorder, StateRecorder, part_sites

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from jtc.data.states import part_file, read_site, read_site_aligned
 from jtc.evaluation.r2 import shortcut_r2
-from jtc.files.io import part_file, read_json, read_site, read_site_aligned, rows_table
+from jtc.files.io import read_json, rows_table
 from jtc.shortcuts.closed_form import fit_source
 from jtc.shortcuts.maps import PartMapWriter, ShortcutMap
 

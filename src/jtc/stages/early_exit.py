@@ -21,8 +21,9 @@ def early_exit(
     target accuracies (λ chosen in sample and held out), from the per-position scores of
     decode_predictions, for the full check and (shortlist_rank > 0) the shortlist check; the costs
     from the cached model's info.json and the parameter table. `settings`: config early_exit."""
+    from jtc.data.states import read_positions
     from jtc.evaluation import exit_tables as ee
-    from jtc.files.io import read_json, read_positions, read_table, write_table
+    from jtc.files.io import read_json, read_table, write_table
     from jtc.logs import ready
     from jtc.settings import EarlyExitSettings
 

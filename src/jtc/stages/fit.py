@@ -7,7 +7,8 @@ def _all_layers(train_dir: str) -> list:
     """The training states of every layer 0..L as float32, rows aligned with layer 0's."""
     import numpy as np
 
-    from jtc.files.io import read_aligned, read_json, read_states
+    from jtc.data.states import read_aligned, read_states
+    from jtc.files.io import read_json
 
     last = read_json(f"{train_dir}/info.json")["num_layers"]
     ids, first = read_states(train_dir, 0, np.float32)

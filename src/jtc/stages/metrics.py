@@ -11,9 +11,10 @@ def r2_table(
     its map file; None for id). On the GPU when the job has one."""
     from threadpoolctl import threadpool_limits
 
+    from jtc.data.states import read_aligned, read_states
     from jtc.devices import linalg_device
     from jtc.evaluation.r2 import layer_r2_table
-    from jtc.files.io import read_aligned, read_json, read_states, write_table
+    from jtc.files.io import read_json, write_table
     from jtc.logs import ready
 
     ready()

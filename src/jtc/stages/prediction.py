@@ -17,9 +17,10 @@ def fit_shortlist(
     states."""
     import numpy as np
 
+    from jtc.data.states import read_states
     from jtc.evaluation.decode import features_in_chunks
     from jtc.evaluation.shortlist import fit_factors, save_factors
-    from jtc.files.io import read_json, read_states
+    from jtc.files.io import read_json
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
 
@@ -55,9 +56,10 @@ def decode_predictions(
     import numpy as np
     import pyarrow as pa
 
+    from jtc.data.states import read_aligned, read_positions
     from jtc.evaluation.decode import final_reference, score, score_table
     from jtc.evaluation.shortlist import Shortlist, load_factors
-    from jtc.files.io import read_aligned, read_positions, write_table
+    from jtc.files.io import write_table
     from jtc.logs import Progress, ready
     from jtc.model.head import load_decoder_head
     from jtc.shortcuts.maps import to_last_layer
@@ -141,14 +143,8 @@ def prediction_examples(
     as an HTML page (`page`). `settings`: config prediction's examples and example_layers."""
     import numpy as np
 
-    from jtc.files.io import (
-        atomic_path,
-        read_aligned,
-        read_json,
-        read_positions,
-        read_table,
-        write_table,
-    )
+    from jtc.data.states import read_aligned, read_positions
+    from jtc.files.io import atomic_path, read_json, read_table, write_table
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
     from jtc.report import examples

@@ -81,7 +81,8 @@ def replace_parts(
     import pyarrow.compute as pc
 
     from jtc.data.extract import pad_token_id, prepare_sentences
-    from jtc.files.io import CorruptFileError, read_aligned, read_positions, read_table, write_table
+    from jtc.data.states import read_aligned, read_positions
+    from jtc.files.io import CorruptFileError, read_table, write_table
     from jtc.logs import ready
     from jtc.model.adapters import adapter_of, part_adapter
     from jtc.model.cache import load_model
