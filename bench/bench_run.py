@@ -5,7 +5,7 @@ It runs
 
     python -m snakemake -s REPO/workflow/Snakefile -d DIR --configfile CONFIG --cores N all
 
-with this Python (the tests' command line, tests/harness.py), then the same again (a no-op
+with this Python (the tests' command line, tests/helpers/harness.py), then the same again (a no-op
 rerun, which must plan nothing), and prints:
 
 - the wall time of the run;

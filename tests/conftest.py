@@ -1,14 +1,18 @@
 """Test options, markers and the shared fixtures.
 
 A plain `pytest` runs the fast tests only; `pytest --workflow` adds every test marked `workflow`
-(those that run Snakemake, plan with it, interrupt it or use the SLURM cluster)."""
+(those that run Snakemake, plan with it, interrupt it or use the SLURM cluster).
+
+The modules the tests share (the Snakemake harness, tiny models, a fake GPU, a local SLURM
+cluster, a headless browser, file damage, the architecture matrix) are in tests/helpers/, on
+sys.path: a test imports them by name (`from harness import run_snakemake`)."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 MARKERS = {
     "workflow": "runs Snakemake (a run, a dry run, a kill and resume, SLURM): only with --workflow",
@@ -51,7 +55,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 @pytest.fixture(scope="session")
 def tiny_project(tmp_path_factory):
-    """The tiny project (tests/harness.py): models gpt and bert, 200 sentences, its config.
+    """The tiny project (tests/helpers/harness.py): models gpt and bert, 200 sentences, its config.
     Read-only: a test that changes the config writes it to its own folder."""
     from harness import make_tiny_project
 

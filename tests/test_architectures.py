@@ -1,8 +1,9 @@
-"""Any transformer in transformers: for every model type of the matrix (tests/architectures.py),
-a tiny random model is cached the way the workflow caches one (from a local folder), its states
-are extracted, mat is fitted and every layer decoded, through the workflow's own stage
-functions; the stored states equal Hugging Face's hidden_states, the head found reproduces the
-model's own logits, and where parts are found they chain into the block outputs."""
+"""Any transformer in transformers: for every model type of the matrix
+(tests/helpers/architectures.py), a tiny random model is cached the way the workflow caches one
+(from a local folder), its states are extracted, mat is fitted and every layer decoded, through
+the workflow's own stage functions; the stored states equal Hugging Face's hidden_states, the
+head found reproduces the model's own logits, and where parts are found they chain into the
+block outputs."""
 
 from __future__ import annotations
 

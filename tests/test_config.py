@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,37 @@ def test_a_lambda_grid_that_lets_tokens_always_exit_is_refused():
     with pytest.raises(ConfigError, match="the default λ grid, 1.12"):
         validate_config({**base, "early_exit": {"lambda_weight": 0.5}})
     assert validate_config({**base, "early_exit": {"lambdas": [0.0, 1.2]}})
+
+
+def test_an_experiment_plans_each_models_targets_from_the_config():
+    from jtc.workflow.planning import Experiment, alternatives
+
+    config = validate_config(
+        {
+            **BASE,
+            "models": {"m": {"source": "gpt2"}, "e": {"source": "bert", "predict": False}},
+            "methods": ["id", "mat", "njtc", "tuned_lens"],
+            "submodules": {"models": ["m"]},
+        }
+    )
+    experiment = Experiment.of(config)
+    assert experiment.state_methods == ["mat", "njtc"]
+    assert experiment.head_methods == ["tuned_lens"]
+    assert experiment.predicting == ["m"]
+    assert experiment.submodule_corpora == ["news"]
+    assert experiment.methods_for("e") == ["id", "mat", "njtc"]  # the tuned lens needs a head
+
+    def outputs_of(rule, **wildcards):
+        return [f"{rule} {wildcards.get('model', '')} {wildcards.get('method', '')}".strip()]
+
+    targets = experiment.targets(outputs_of)
+    assert targets[:3] == ["headline_table", "results/models/m", "results/models/e"]
+    assert "train_map m tuned_lens" in targets and "train_map e tuned_lens" not in targets
+    assert "fit_shortlist m" in targets and "decode_predictions e" not in targets
+    assert "replace_parts m" in targets and "replace_parts e" not in targets
+    assert "fit_shortlist m" not in Experiment.of(
+        {**config, "early_exit": {**config["early_exit"], "shortlist_rank": 0}}
+    ).targets(outputs_of)
+    assert re.fullmatch(alternatives(["a.b", "c"]), "a.b")
+    assert not re.fullmatch(alternatives(["a.b"]), "axb")
+    assert not re.fullmatch(alternatives([]), "")

@@ -309,8 +309,9 @@ def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_p
 
 
 def test_the_damage_helper_flips_one_byte_inside_a_data_page(tmp_path):
-    """tests/damage.py: the pages it reads fill the chunk exactly (a dictionary page first, as
-    in the workflow's states files), and the one byte it changes is in a data page's payload."""
+    """tests/helpers/damage.py: the pages it reads fill the chunk exactly (a dictionary page
+    first, as in the workflow's states files), and the one byte it changes is in a data page's
+    payload."""
     from damage import column_chunk
 
     path = layer_file(states_dir(tmp_path / "train", layers=2, n=16, width=16), 1)

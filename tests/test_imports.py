@@ -1,98 +1,183 @@
-"""The package's import graph: no module of jtc imports, directly or through others, a module
-that imports it back, counting the imports a module runs when it is loaded (its top level,
-`if TYPE_CHECKING:` blocks included) and also those inside its functions."""
+"""Planning and the small jobs stay torch-free: every module of jtc.workflow, and every jtc module
+the Snakefile and its rule files import, loads neither torch nor transformers; planning imports
+no stage module; and the stage functions of the rules that need no model reach no module that
+imports torch at its top level (jtc.workflow.tracking's closures, read from the sources)."""
+
+from __future__ import annotations
 
 import ast
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
+from jtc.workflow.tracking import function_imports, module_path, script_closure
 
-SRC = Path(__file__).parents[1] / "src"
+ROOT = Path(__file__).parents[1]
+SRC = ROOT / "src"
+WORKFLOW = ROOT / "workflow"
+SCRIPTS = WORKFLOW / "scripts"
+HEAVY = {"torch", "transformers", "accelerate", "safetensors.torch"}
+# the rules whose jobs load no model (and so never need torch)
+TORCH_FREE = [
+    "download_corpus",
+    "prepare_corpus",
+    "r2_table",
+    "parameter_table",
+    "prediction_table",
+    "fit_parts",
+    "part_r2_table",
+    "submodule_table",
+    "headline_table",
+    "plot_r2",
+    "plot_prediction",
+    "plot_early_exit",
+    "plot_part_r2",
+    "plot_submodules",
+]
+# their code hashes also cover jtc.model.headchain (torch), imported only inside the function of
+# jtc.model.adapters that builds a model's head, which no plot calls: checked for what importing
+# the stage function's modules loads, not for everything the hash covers
+PLOTS = [rule for rule in TORCH_FREE if rule.startswith("plot_")]
 
 
-def package_modules() -> dict[str, tuple[Path, bool]]:
-    """{module name: (file, whether it is a package's __init__)} of every module of jtc."""
-    found = {}
-    for path in sorted((SRC / "jtc").rglob("*.py")):
-        parts = path.relative_to(SRC).with_suffix("").parts
-        package = parts[-1] == "__init__"
-        found[".".join(parts[:-1] if package else parts)] = (path, package)
+def _run(code: str) -> dict:
+    """Run `code` in a fresh interpreter that imports jtc from this checkout; its last line of
+    output, read as JSON."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _loaded_after(modules: list[str]) -> dict:
+    """The heavy modules (and jtc.stages modules) loaded after importing `modules`."""
+    code = f"""
+import importlib, json, sys
+for name in {modules!r}:
+    importlib.import_module(name)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "accelerate"))
+stages = sorted(m for m in sys.modules if m.startswith("jtc.stages"))
+print(json.dumps({{"heavy": heavy, "stages": stages, "src": sys.modules["jtc"].__file__}}))
+"""
+    return _run(code)
+
+
+def _workflow_modules() -> list[str]:
+    package = SRC / "jtc" / "workflow"
+    return sorted(
+        "jtc.workflow" if path.stem == "__init__" else f"jtc.workflow.{path.stem}"
+        for path in package.glob("*.py")
+    )
+
+
+def _planning_imports() -> list[str]:
+    """The jtc modules the Snakefile and the rule files import (read while planning)."""
+    files = [WORKFLOW / "Snakefile", *sorted((WORKFLOW / "rules").glob("*.smk"))]
+    found = set()
+    for path in files:
+        found |= set(re.findall(r"^\s*from (jtc(?:\.\w+)*) import", path.read_text(), re.M))
+        found |= set(re.findall(r"^\s*import (jtc(?:\.\w+)*)", path.read_text(), re.M))
+    return sorted(found)
+
+
+def test_planning_and_the_workflow_package_load_no_torch():
+    modules = _workflow_modules()
+    assert {"jtc.workflow.planning", "jtc.workflow.tracking", "jtc.workflow.keep"} <= set(modules)
+    planning = _planning_imports()
+    assert {"jtc.workflow.planning", "jtc.report.headline"} <= set(planning)
+    assert not [m for m in planning if m.startswith("jtc.stages")], planning
+    loaded = _loaded_after(modules + planning)
+    assert Path(loaded["src"]).is_relative_to(SRC)  # this checkout's jtc
+    assert loaded["heavy"] == []
+    assert loaded["stages"] == []
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The modules a file imports when it is imported: outside function bodies and `if
+    TYPE_CHECKING:` blocks, relative imports left out."""
+    found: set[str] = set()
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                visit(getattr(node, field, None) or [])
+
+    visit(ast.parse(path.read_text()).body)
     return found
 
 
-def _statements(tree: ast.Module, in_functions: bool):
-    """Every node of a module, or (not `in_functions`) those outside function bodies."""
-    if in_functions:
-        yield from ast.walk(tree)
-        return
-    todo = list(tree.body)
+def _heavy(name: str) -> bool:
+    return name in HEAVY or name.split(".")[0] in HEAVY
+
+
+def _imports_torch(module: str) -> list[str]:
+    """The heavy modules `module` (a jtc module) imports at its top level."""
+    return sorted(i for i in _top_level_imports(module_path(SRC, module)) if _heavy(i))
+
+
+def _stage_of(rule: str) -> str:
+    """The stage module a rule's script calls (`from jtc.stages.<family> import <rule>`)."""
+    script = (SCRIPTS / f"{rule}.py").read_text()
+    return re.search(rf"^from (jtc\.stages\.\w+) import {rule}$", script, re.M).group(1)
+
+
+def _loaded_on_import(names: set[str]) -> set[str]:
+    """The jtc modules that importing `names` loads: their top-level jtc imports and parent
+    packages, at any depth; not the imports inside functions."""
+    todo, seen = list(names), set()
     while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            todo += list(ast.iter_child_nodes(node))
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        path = module_path(SRC, name)
+        if path is not None:
+            todo += [i for i in _top_level_imports(path) if i.split(".")[0] == "jtc"]
+    return {name for name in seen if module_path(SRC, name) is not None}
 
 
-def import_graph(in_functions: bool) -> dict[str, set[str]]:
-    """{module: the jtc modules its import statements name}."""
-    modules = package_modules()
-    graph = {}
-    for name, (path, package) in modules.items():
-        edges = set()
-        for node in _statements(ast.parse(path.read_text()), in_functions):
-            if isinstance(node, ast.Import):
-                edges |= {a.name for a in node.names if a.name in modules}
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = name.split(".")
-                    keep = len(parts) - node.level + (1 if package else 0)
-                    base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                if base in modules:
-                    edges.add(base)
-                edges |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules}
-        graph[name] = edges - {name}
-    return graph
+def test_the_torch_free_stages_reach_no_module_that_imports_torch():
+    # the check finds torch where it is: the model-loading stages
+    assert _imports_torch("jtc.model.headchain") == ["torch", "torch.nn"]
+    assert any(_imports_torch(m) for m in script_closure(SRC, SCRIPTS / "extract_hidden.py"))
+    for rule in TORCH_FREE:
+        if rule in PLOTS:
+            continue
+        # everything the rule's code hash covers, imports inside functions included
+        closure = script_closure(SRC, SCRIPTS / f"{rule}.py")
+        assert _stage_of(rule) in closure, rule
+        heavy = {m: _imports_torch(m) for m in sorted(closure) if _imports_torch(m)}
+        assert not heavy, f"{rule} reaches modules that import torch: {heavy}"
+    for rule in PLOTS:
+        stage = _stage_of(rule)
+        loaded = _loaded_on_import(function_imports(SRC, stage, rule) | {stage})
+        assert "jtc.report.plots" in loaded, rule
+        heavy = {m: _imports_torch(m) for m in sorted(loaded) if _imports_torch(m)}
+        assert not heavy, f"{rule} loads modules that import torch: {heavy}"
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of the graph, as the modules along it (first == last), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
-
-
-def test_the_graph_sees_the_imports_of_the_package():
-    top = import_graph(in_functions=False)
-    every = import_graph(in_functions=True)
-    assert "jtc.model.head" in top["jtc.evaluation.decode"]
-    assert "jtc.model.manifest" in top["jtc.model.head"]
-    # imported inside a function only
-    assert "jtc.model.classes" not in top["jtc.model.head"]
-    assert "jtc.model.classes" in every["jtc.model.head"]
-    assert "jtc.report.examples" in every["jtc.stages.prediction"]  # `from jtc.report import x`
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": set()}) is None
-
-
-@pytest.mark.parametrize("in_functions", [False, True], ids=["top-level", "with-functions"])
-def test_no_import_cycle_between_modules_of_the_package(in_functions):
-    cycle = find_cycle(import_graph(in_functions))
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+def test_importing_what_the_torch_free_stages_import_loads_no_torch():
+    modules = {"jtc.workflow.jobs"}  # every script runs its stage inside jtc.workflow.jobs.job
+    for rule in TORCH_FREE:
+        stage = _stage_of(rule)
+        modules |= function_imports(SRC, stage, rule) | {stage}
+    loaded = _loaded_after(sorted(modules))
+    assert loaded["heavy"] == []

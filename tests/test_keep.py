@@ -72,7 +72,7 @@ def test_a_job_that_fails_at_run_time_loses_nothing(tiny_run, tmp_path):
     """Extraction (folder outputs, the first stage after the model) made to fail after
     Snakemake deleted its outputs: results/ is byte-identical afterwards, and once the cause
     is gone nothing reruns. (File outputs: the test above.)"""
-    module, function, failing = "extract.py", "extract", "extract_hidden"
+    module, function, failing = "data/extract.py", "extract", "extract_hidden"
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "workflow", repo / "workflow")
     shutil.copytree(

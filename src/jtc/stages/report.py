@@ -3,26 +3,6 @@ landing page stating them."""
 
 from __future__ import annotations
 
-# the metric tables the headline numbers come from (prediction and savings: decoded models)
-HEADLINE_SOURCES = {
-    "r2": "r2.parquet",
-    "parameters": "parameters.parquet",
-    "prediction": "prediction.parquet",
-    "savings": "early_exit_savings.parquet",
-}
-DECODED_ONLY = ("prediction", "savings")
-
-
-def headline_sources(model: str, corpus: str, predicts: bool) -> dict[str, str]:
-    """The tables of one model and corpus that the headline numbers read."""
-    from jtc import paths
-
-    return {
-        name: paths.metric(file).format(model=model, corpus=corpus)
-        for name, file in HEADLINE_SOURCES.items()
-        if predicts or name not in DECODED_ONLY
-    }
-
 
 def headline_table(
     pairs: list[tuple[str, str, bool]], template: str, out: str, landing: str
@@ -31,7 +11,13 @@ def headline_table(
     the landing page: the report's `template` (its text) followed by the headline section."""
     from jtc.files.io import atomic_path, read_table, write_table
     from jtc.logs import ready
-    from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
+    from jtc.report.headline import (
+        Tables,
+        headline_rows,
+        headline_sources,
+        headline_table,
+        landing_section,
+    )
 
     ready()
     rows = []

@@ -23,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 TIMESTAMP = ".snakemake_timestamp"  # Snakemake's marker inside a folder output
+# said when results/ cannot be kept (Keeper.save gives None)
+NO_LINKS_NOTE = (
+    "jtc: could not hard-link results/ into .snakemake/ (another file system?): "
+    "outputs deleted by a failing job will not be put back"
+)
 
 
 def _outputs(results: Path) -> Iterable[Path]:
@@ -88,6 +93,23 @@ class Keeper:
         self.temporary = list(temporary)  # glob patterns of temporary outputs
         self.records: dict[Path, Any] = {}
 
+    @classmethod
+    def of_snakemake(
+        cls, results: str | Path, folder: str | Path, persistence: Callable[[], Any]
+    ) -> Keeper:
+        """A keeper of Snakemake's records, through its record store: `persistence()` gives the
+        run's `workflow.persistence` (made once the run starts, after the Snakefile is read).
+        Snakemake has no public API for a single output's record: these are its private
+        methods (snakemake.persistence.Persistence, Snakemake 9)."""
+        return cls(
+            results,
+            folder,
+            lambda key: persistence()._read_record(key),
+            lambda key, record: persistence()._write_record(key, record),
+            lambda key: persistence()._delete_record(key),
+            lambda key: bool(persistence()._filter_incomplete_keys([key])),
+        )
+
     def _kept(self, path: Path) -> bool:
         return not any(fnmatch.fnmatch(str(path), pattern) for pattern in self.temporary)
 
@@ -127,6 +149,16 @@ class Keeper:
             restored.append(path)
         self.drop()
         return restored
+
+    def restore_note(self) -> str | None:
+        """`restore`, and what it put back, said in a line (None: nothing)."""
+        restored = self.restore()
+        if not restored:
+            return None
+        return (
+            f"jtc: put back {len(restored)} outputs that failed jobs had deleted "
+            f"(e.g. {restored[0]}); they and their records are as before this run"
+        )
 
     def drop(self) -> None:
         """Forget the saved outputs (after a successful run, or once restored)."""

@@ -192,3 +192,16 @@ def clear_stale_locks(folder: str | os.PathLike = ".") -> list[Path]:
     for lock in locks:
         lock.unlink(missing_ok=True)
     return locks
+
+
+def lock_notes(folder: str | os.PathLike = ".") -> list[str]:
+    """As a run starts: remove the locks a run killed with SIGKILL left, when no other Snakemake
+    works here (a plain rerun then resumes), each said in a line; and name the processes that
+    keep the locks still held and how to stop them (held_lock_message), before Snakemake's own
+    advice to --unlock (unsafe while they run)."""
+    notes = [
+        f"jtc: removed a stale lock left by an interrupted run: {lock}"
+        for lock in clear_stale_locks(folder)
+    ]
+    held = held_lock_message(folder)
+    return notes + ([held] if held else [])

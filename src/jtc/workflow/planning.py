@@ -1,15 +1,28 @@
 """Everything the workflow checks while it plans, before any job runs: the config files
 (duplicate keys), the config itself (schema), what the model folders and text corpora already
 tell (architecture, decoder head, depth, size), once a model is resolved what its info.json
-tells, and, as the first jobs start, what this machine's GPU cannot run. Torch-free, so planning
-stays fast."""
+tells, the outputs already there (damaged, left by another config, made with other settings),
+and, as the first jobs start, what this machine's GPU cannot run. And what a checked config
+runs (`Experiment`): its names, the methods of each model, the targets of `rule all`.
+Torch-free, so planning stays fast."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from jtc import paths
 from jtc.data.sources import input_problem, size_problem
+from jtc.files.stamps import (
+    PlannedJob,
+    damaged_outputs,
+    leftovers,
+    listing,
+    replaced_outputs,
+    stale_outputs,
+)
 from jtc.model.adapters import (
     UnsupportedArchitecture,
     adapter_of,
@@ -23,6 +36,7 @@ from jtc.model.sources import (
     planning_problem,
     source_problem,
 )
+from jtc.shortcuts.methods import METHODS, applicable
 from jtc.shortcuts.parts import jump_problem
 from jtc.workflow.config import (
     ConfigError,
@@ -112,3 +126,151 @@ def gpu_problem(models: dict[str, Any], find_gpu: Callable[[], LocalGpu | None])
                 "Ampere or later); use float16 or float32"
             )
     return None
+
+
+def alternatives(names: Iterable[str]) -> str:
+    """A regex matching exactly these names; one that matches nothing for no names."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What a checked config runs, as the rules name it."""
+
+    models: list[str]
+    corpora: list[str]
+    methods: list[str]
+    predicting: list[str]  # the models whose predictions are decoded (models.NAME.predict)
+    submodules: dict[str, Any]  # config submodules
+    shortlist: bool  # whether the early exit's shortlist check is fitted (shortlist_rank set)
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Experiment:
+        return cls(
+            models=list(config["models"]),
+            corpora=list(config["corpora"]),
+            methods=list(config["methods"]),
+            predicting=[m for m in config["models"] if config["models"][m]["predict"]],
+            submodules=config["submodules"],
+            shortlist=bool(config["early_exit"]["shortlist_rank"]),
+        )
+
+    @property
+    def map_methods(self) -> list[str]:
+        """The methods with a map file (every one but id)."""
+        return [m for m in self.methods if m != "id"]
+
+    @property
+    def state_methods(self) -> list[str]:
+        """Fitted from the training states alone, one fit_map job per (model, corpus) for all
+        of them."""
+        return [m for m in self.map_methods if not METHODS[m].needs_head]
+
+    @property
+    def head_methods(self) -> list[str]:
+        """Trained through the model's decoder head, one train_map job per (model, corpus,
+        method)."""
+        return [m for m in self.map_methods if METHODS[m].needs_head]
+
+    @property
+    def submodule_corpora(self) -> list[str]:
+        return self.submodules["corpora"] or self.corpora
+
+    def methods_for(self, model: str) -> list[str]:
+        """The configured methods that apply to a model (the tuned lens needs a decoder head)."""
+        return [m for m in self.methods if applicable(m, model in self.predicting)]
+
+    def targets(self, outputs_of: Callable[..., list[str]]) -> list[str]:
+        """Everything the experiment makes, intermediates included (the cached models, sentence
+        tables, states, maps, per-position scores): an output deleted by hand is made again by
+        the next run, with what depends on it, even where what follows it is up to date.
+        `outputs_of(rule, **wildcards)`: every output file of a rule's jobs for these wildcards
+        (a list of values: one job per value)."""
+        targets = outputs_of("headline_table")
+        targets += [paths.MODEL.format(model=m) for m in self.models]
+        targets += [paths.CORPUS.format(corpus=c) for c in self.corpora]
+        for model in self.models:
+            for corpus in self.corpora:
+                done = dict(model=model, corpus=corpus)
+                targets += outputs_of("extract_hidden", **done, split=["train", "validation"])
+                names = ["r2_table", "plot_r2", "parameter_table"]
+                if self.state_methods:
+                    names.append("fit_map")
+                for method in self.head_methods:
+                    if method in self.methods_for(model):
+                        targets += outputs_of("train_map", **done, method=method)
+                if model in self.predicting:
+                    names += ["decode_predictions", "prediction_table", "plot_prediction"]
+                    names += ["prediction_examples", "early_exit", "plot_early_exit"]
+                    if self.shortlist:
+                        names.append("fit_shortlist")
+                if model in self.submodules["models"] and corpus in self.submodule_corpora:
+                    targets += outputs_of("record_parts", **done, split=["train", "validation"])
+                    names += ["fit_parts", "part_r2_table", "plot_part_r2", "replace_parts"]
+                    names += ["submodule_table", "plot_submodules"]
+                for name in names:
+                    targets += outputs_of(name, **done)
+        return targets
+
+
+def damaged_problem(targets: Iterable[str]) -> str | None:
+    """The existing targets that are not the outputs they should be (jtc.files.stamps
+    .damaged_outputs), one a line: the run is refused."""
+    problems = damaged_outputs(targets)
+    if not problems:
+        return None
+    return (
+        f"{len(problems)} outputs under {paths.RESULTS}/ are not what they should be:\n"
+        + "\n".join(problems)
+    )
+
+
+def leftovers_note(targets: Iterable[str]) -> str | None:
+    """The outputs under results/ that are not targets, left by a run with another config."""
+    others = leftovers(paths.RESULTS, targets)
+    if not others:
+        return None
+    return (
+        f"jtc: {len(others)} outputs under {paths.RESULTS}/ are not part of this "
+        f"experiment (left by a run with another config; nothing of this run reads "
+        f"them, no table or figure combines them): {listing(others)}"
+    )
+
+
+def planned_jobs(dag: Any) -> list[PlannedJob]:
+    """The jobs of Snakemake's DAG (known once the run starts) as jtc.files.stamps sees them,
+    `rule all` left out."""
+    return [
+        PlannedJob(
+            job.rule.name,
+            dict(job.wildcards_dict),
+            dict(job.params.items()),
+            [str(f) for f in job.output],
+            dag.needrun(job),
+        )
+        for job in dag.jobs
+        if job.rule.name != "all"
+    ]
+
+
+def stale_problem(jobs: list[PlannedJob]) -> str | None:
+    """The outputs the run would read as they are but that were made with other settings (or
+    are other outputs), one a line: the run is refused before any job starts."""
+    stale = stale_outputs(jobs)
+    if not stale:
+        return None
+    return (
+        f"{len(stale)} outputs under {paths.RESULTS}/ are not what this run would use:\n"
+        + "\n".join(stale)
+    )
+
+
+def replaced_note(jobs: list[PlannedJob]) -> str | None:
+    """The outputs the run replaces because the config changed."""
+    replaced = replaced_outputs(jobs)
+    if not replaced:
+        return None
+    return (
+        f"jtc: this run replaces {len(replaced)} outputs made with other settings than "
+        f"this config's (and remakes what depends on them): {listing(replaced)}"
+    )

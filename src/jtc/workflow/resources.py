@@ -10,10 +10,16 @@ still override any rule (`set-resources`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from jtc import paths
+from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
 BASE_MB = 1500  # Python, torch and the libraries
@@ -62,6 +68,31 @@ class Shape:
 
     def states_mb(self, rows: int, layers: int | None = None, itemsize: int = 4) -> float:
         return rows * (self.layers + 1 if layers is None else layers) * self.width * itemsize / 1e6
+
+
+def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> Shape:
+    """The shape of a job of `stage` for `model`, reading the `split`'s sentences: the model's
+    once it is cached (a large default before), and for replace_parts its sentences, jump layers
+    and runs. The depth is the shape's (its default before the model is cached): a resource
+    function must not wait for the resolve_model checkpoint."""
+    shape = Shape.of(paths.MODEL.format(model=model), config["sizes"][split], config["max_tokens"])
+    if stage != "replace_parts":
+        return shape
+    submodules = config["submodules"]
+    configured, stride = submodules["jump_layers"], submodules["jump_stride"]
+    jumps = len(jump_layers(configured, stride, shape.layers))
+    return dataclasses.replace(
+        shape,
+        rows=min(shape.rows, submodules["sentences"] or shape.rows),
+        jumps=jumps,
+        runs=jumps * len(submodules["variants"]),
+    )
+
+
+def trained_epochs(training: dict[str, Any], methods: Iterable[str]) -> int:
+    """The epochs of these trained methods added up (config `training`, where a method's
+    max_epochs is always filled in), at least 1."""
+    return max(1, sum(training.get(m, {}).get("max_epochs", 0) for m in methods))
 
 
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:

@@ -99,6 +99,13 @@ def module_closure(src: Path, names: Iterable[str]) -> set[str]:
 def function_closure(src: Path, module: str, function: str) -> set[str]:
     """The `jtc` modules that calling `module.function` can load: the module's top-level
     imports, and the imports inside the function and inside the module's functions it names."""
+    return module_closure(src, function_imports(src, module, function)) | _with_packages([module])
+
+
+def function_imports(src: Path, module: str, function: str) -> set[str]:
+    """The `jtc` modules that `module.function` imports itself (not what they import): the
+    module's top-level imports, and the imports inside the function and inside the module's
+    functions it names."""
     path = module_path(src, module)
     if path is None:
         raise ModuleNotFoundError(f"no module {module} under {src}")
@@ -118,9 +125,8 @@ def function_closure(src: Path, module: str, function: str) -> set[str]:
         called = {n.id for n in ast.walk(defined[name]) if isinstance(n, ast.Name)}
         todo += [c for c in called if c in defined]
     nodes = top + [defined[name] for name in reached]
-    # the module itself counts, but not the imports of its other functions
-    imported = _imports_in(src, nodes, module) - {module}
-    return module_closure(src, imported) | _with_packages([module])
+    # the module itself counts (function_closure), but not the imports of its other functions
+    return _imports_in(src, nodes, module) - {module}
 
 
 def script_closure(src: Path, script: Path) -> set[str]:

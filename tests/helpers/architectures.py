@@ -1,7 +1,7 @@
 """The architecture matrix: a tiny random model of every transformers model type jtc is tested
 on, built offline from transformers' own config classes (tests/test_architectures.py).
 
-`python tests/architectures.py` prints the README's table of tested architectures from the
+`python tests/helpers/architectures.py` prints the README's table of tested architectures from the
 matrix (test_architectures checks that the README holds exactly that table)."""
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from pathlib import Path
 import yaml
 from tiny import save_model, write_sentences
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 TIMEOUT = 900  # seconds for one Snakemake run
-# the tiny project's models: name in the config -> (tests/tiny.py kind, folder)
+# the tiny project's models: name in the config -> (tests/helpers/tiny.py kind, folder)
 TINY_MODELS = {"gpt": ("gpt2", "tiny-gpt2"), "bert": ("bert-mlm", "tiny-bert")}
 TEXT = "text.txt"
 

@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+# the text predates tests/helpers/: kept, so that a config an older checkout left is still known
 MARKER = "# jtc test cluster: written by tests/slurm_cluster.py, removed when it stops"
 CONF_DIR = Path("/etc/slurm")
 DAEMONS = ("munged", "slurmctld", "slurmd")

@@ -1,0 +1,47 @@
+# The checked config (schema, defaults, what the model folders and corpora already tell), the
+# names the rules use (the models, corpora, methods) and the wildcard constraints.
+# Included first: every other file reads `config` as checked here. The rule files also use
+# paths (where every result lives), VARIANTS (the sub-module variants) and _alternatives (a
+# regex matching exactly the names given).
+from snakemake.exceptions import WorkflowError
+
+from jtc import paths
+from jtc.shortcuts.parts import VARIANTS
+from jtc.workflow.config import ConfigError, command_line_config
+from jtc.workflow.planning import Experiment, checked_config
+from jtc.workflow.planning import alternatives as _alternatives
+
+try:
+    # --config key=value alone sets keys of config/config.yaml (jtc.workflow.config.command_line_config)
+    _in_force = command_line_config(
+        config,
+        DEFAULT_CONFIG,
+        workflow.config_settings.overwrite_config,
+        bool(workflow.overwrite_configfiles),
+    )
+    _checked = checked_config(_in_force, workflow.configfiles)
+except ConfigError as err:
+    raise WorkflowError(f"invalid configuration: {err}") from None
+config.clear()
+config.update(_checked)
+
+EXPERIMENT = Experiment.of(config)  # jtc.workflow.planning.Experiment
+MODELS = EXPERIMENT.models
+CORPORA = EXPERIMENT.corpora
+METHODS = EXPERIMENT.methods
+MAP_METHODS = EXPERIMENT.map_methods
+# fitted from the training states alone, one fit_map job per (model, corpus) for all of them;
+# trained through the model's decoder head, one train_map job per (model, corpus, method)
+STATE_METHODS = EXPERIMENT.state_methods
+HEAD_METHODS = EXPERIMENT.head_methods
+PREDICTING = EXPERIMENT.predicting
+SUBMODULES = EXPERIMENT.submodules
+SUBMODULE_CORPORA = EXPERIMENT.submodule_corpora
+methods_for = EXPERIMENT.methods_for  # the configured methods that apply to a model
+
+
+wildcard_constraints:
+    model=_alternatives(MODELS),
+    corpus=_alternatives(CORPORA),
+    split="train|validation",
+    method=_alternatives(config["methods"]),

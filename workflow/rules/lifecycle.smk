@@ -1,0 +1,83 @@
+# What happens around the jobs of a run: stale locks cleared as the Snakefile is read; as the
+# jobs start (onstart) the watchdog mark, the machine's GPU checked, outputs made with other
+# settings refused or named, results/ kept; then dropped (onsuccess) or put back (onerror).
+import atexit
+import os
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from jtc import paths
+from jtc.workflow.keep import NO_LINKS_NOTE, Keeper, drop_stale
+from jtc.workflow.locks import lock_notes
+from jtc.workflow.planning import (
+    gpu_problem,
+    planned_jobs,
+    replaced_note,
+    stale_problem,
+)
+from jtc.workflow.summary import run_summary
+from jtc.workflow.watchdog import mark_run
+
+# a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
+# so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
+# jobs); locks kept because processes still work here are named, with how to stop them
+if workflow.is_main_process:
+    for _note in lock_notes():
+        print(_note, file=sys.stderr)
+
+# A failed job costs nothing already computed (jtc.workflow.keep): every output under results/ gets a
+# hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
+# are put back with Snakemake's record of them; a successful run drops the links.
+KEEPER = Keeper.of_snakemake(
+    paths.RESULTS,
+    Path(".snakemake", "jtc-kept", str(os.getpid())),  # this run's own
+    lambda: workflow.persistence,
+)
+
+
+def _restore_kept():
+    """Put back what failed jobs deleted (onerror, or at exit when the run stopped without
+    reaching onerror or onsuccess, e.g. an error raised while planning after a checkpoint).
+    """
+    note = KEEPER.restore_note()
+    if note:
+        print(note, file=sys.stderr)
+
+
+def _check_experiment():
+    """Before any job starts: refuse outputs that the run would read as they are but that were
+    made with other settings (or are other outputs); say which outputs it replaces because
+    the config changed."""
+    jobs = planned_jobs(workflow.dag)
+    problem = stale_problem(jobs)
+    if problem:
+        raise WorkflowError(problem)
+    note = replaced_note(jobs)
+    if note:
+        print(note, file=sys.stderr)
+
+
+onstart:
+    if workflow.local_exec:
+        mark_run()  # the jobs end themselves if this process is killed (jtc.workflow.watchdog)
+    # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
+    # refused before any job runs; a cluster's jobs run elsewhere and check it there
+    _problem = gpu_problem(config["models"], _local_gpu)  # resources.smk
+    if _problem:
+        raise WorkflowError(f"invalid configuration for this machine: {_problem}")
+    _check_experiment()
+    drop_stale(KEEPER.folder.parent, KEEPER.folder)
+    atexit.register(_restore_kept)
+    if KEEPER.save() is None:
+        print(NO_LINKS_NOTE, file=sys.stderr)
+
+
+onsuccess:
+    KEEPER.drop()
+    print(run_summary(paths.RESULTS, MODELS, CORPORA), file=sys.stderr)
+
+
+onerror:
+    _restore_kept()

@@ -1,0 +1,44 @@
+# The targets of `all` (every output of the experiment, jtc.workflow.planning.Experiment), each
+# existing one checked while planning, and the report's landing page.
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from jtc import paths
+from jtc.workflow.planning import damaged_problem, leftovers_note
+
+
+def _outputs_of(rule, **wildcards):
+    """Every output file of a rule's job, for these wildcards."""
+    return expand(list(getattr(rules, rule).output), **wildcards)
+
+
+def get_final_output():
+    """Everything the experiment makes, intermediates included (the cached models, sentence
+    tables, states, maps, per-position scores): an output deleted by hand is made again by the
+    next run, with what depends on it, even where what follows it is up to date."""
+    return EXPERIMENT.targets(_outputs_of)
+
+
+def checked_targets():
+    """get_final_output, each existing output checked first to be the one it is (not a file
+    copied over it, damaged or edited since its job wrote it), so that a run, even one with
+    nothing else to do, names it and the command that rebuilds it; and the outputs of another
+    config lying beside them named."""
+    targets = get_final_output()
+    if workflow.is_main_process:
+        problem = damaged_problem(targets)
+        if problem:
+            raise WorkflowError(problem)
+        note = leftovers_note(targets)
+        if note:
+            print(note, file=sys.stderr)
+    return targets
+
+
+def report_text():
+    """The report's landing page: the run's own, with its headline numbers, once the run has
+    made it (snakemake --report plans after the run), else the template alone."""
+    landing = Path(paths.LANDING)
+    return str(landing.resolve()) if landing.is_file() else "report/workflow.rst"
