@@ -106,6 +106,8 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
     )
     assert {"jtc.shortcuts.closed_form", "jtc.shortcuts.parts"} <= closure("fit_parts")
     assert "jtc.shortcuts.closed_form" not in closure("extract_hidden")
+    # an import for type checkers only (early exit's `Head` annotation) is not code a job runs
+    assert "jtc.model.head" not in closure("early_exit")
     for rule in rule_blocks():
         assert {"jtc", "jtc.logs", "jtc.stages"} <= closure(rule), rule
 
@@ -118,7 +120,12 @@ def make_package(src: Path) -> None:
         "jtc/io.py": "import numpy\n",
         "jtc/fit.py": "from .io import x\n",
         "jtc/plots.py": "def f():\n    from . import style\n",
-        "jtc/style.py": "",
+        "jtc/style.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from . import typed\nelse:\n    from . import untyped\n"
+        ),
+        "jtc/typed.py": "",
+        "jtc/untyped.py": "",
         "jtc/unused.py": "",
         "jtc/stages/__init__.py": "",
         "jtc/stages/fam.py": (
@@ -149,8 +156,14 @@ def test_closure_follows_lazy_imports_helpers_and_packages(tmp_path):
         "jtc.io",
         "jtc.plots",
         "jtc.style",
+        "jtc.untyped",  # not jtc.typed: imported for type checkers only
     }
-    assert module_closure(tmp_path, ["jtc.plots"]) == {"jtc", "jtc.plots", "jtc.style"}
+    assert module_closure(tmp_path, ["jtc.plots"]) == {
+        "jtc",
+        "jtc.plots",
+        "jtc.style",
+        "jtc.untyped",
+    }
     with pytest.raises(AttributeError, match="defines no function nope"):
         function_closure(tmp_path, "jtc.stages.fam", "nope")
 

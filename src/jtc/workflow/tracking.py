@@ -66,9 +66,32 @@ def _imports_in(src: Path, nodes: Iterable[ast.AST], module: str) -> set[str]:
     is_package = path is not None and path.name == "__init__.py"
     found: set[str] = set()
     for node in nodes:
-        for inner in ast.walk(node):
+        for inner in _run_time_nodes(node):
             found |= _imported(src, inner, module, is_package)
     return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): imports for type checkers, never run."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_time_nodes(node: ast.AST) -> Iterable[ast.AST]:
+    """Every node below `node` (itself included) that can run: ast.walk without the bodies of
+    `if TYPE_CHECKING:` (their `else:` branches do run)."""
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        yield current
+        if _type_checking_only(current):
+            todo += current.orelse
+        else:
+            todo += ast.iter_child_nodes(current)
 
 
 def _with_packages(names: Iterable[str]) -> set[str]:
