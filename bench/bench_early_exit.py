@@ -1,14 +1,12 @@
 """Early exit: the cost of a λ sweep against the number of λ values, and against re-running the
 model per λ (the reference implementation's approach).
 
-1. The sweep alone (jtc.evaluation.early_exit.sweep) with 1 and 100 λ values, on the default run's
-real
-   per-position tables when they exist (SmolLM2, 500 positions, 31 layers) and on a synthetic
-   table of the paper's largest size (GPT2-XL: 3,000 positions, 49 layers).
+1. The sweep alone (jtc.evaluation.early_exit.sweep) with 1 and 100 λ values, on the default
+   run's real per-position tables when they exist (SmolLM2, 500 positions, 31 layers) and on a
+   synthetic table of the paper's largest size (GPT2-XL: 3,000 positions, 49 layers).
 2. The whole early_exit stage (reading the tables, both sweeps, writing) with 1 and 100 λ.
-3. Running SmolLM2 block by block and stopping (jtc.evaluation.early_exit.run_with_early_exit) for
-a sample
-   of tokens at one λ, extrapolated to 100 λ × all validation tokens.
+3. Running SmolLM2 block by block and stopping (jtc.evaluation.early_exit.run_with_early_exit)
+   for a sample of tokens at one λ, extrapolated to 100 λ × all validation tokens.
 Run: .venv/bin/python bench/bench_early_exit.py [--threads 2]  (after the default workflow)
 """
 

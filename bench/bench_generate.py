@@ -1,6 +1,5 @@
 """Greedy generation with early exit on SmolLM2, as it would be deployed (jtc.evaluation.generate):
-tokens
-per second for the whole model, and for exiting with id and with mat at the λ the default run
+tokens per second for the whole model, and for exiting with id and with mat at the λ the default run
 chose (in sample, checking every layer) for 95% and 90% agreement, beside that λ's held-out
 agreement and the multiply-adds the early-exit stage predicts.
 

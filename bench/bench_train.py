@@ -1,12 +1,12 @@
 """Training time of the trained shortcut methods per layer pair (NJTC, N-NJTC, tuned lens), with
-the default settings of jtc/methods.py, and the time of rrr (their closed-form counterpart).
+the default settings of jtc/shortcuts/methods.py, and the time of rrr (their closed-form
+counterpart).
 
 Per pair it prints the seconds, the epochs run until early stopping and the best epoch (0: the
 start was never beaten), the held-out loss at the start and at its best, and for NJTC and N-NJTC
 the training MSE over all rows beside rrr's (the optimum of NJTC's objective, fitted on the same
 rows). The methods start from their closed-form optimum (jtc.shortcuts.train); --cold starts them
-as before
-(torch.nn.Linear's random maps, the identity for the tuned lens) for comparison, and --set
+as before (torch.nn.Linear's random maps, the identity for the tuned lens) for comparison, and --set
 METHOD.KEY=VALUE overrides a default (e.g. --set tuned_lens.learning_rate=3e-5).
 
 On the workflow's SmolLM2 training states (default), or with --synthetic on random states and a
@@ -14,8 +14,7 @@ random head of SmolLM2's shape (2,000 rows, width 576, vocabulary 49,152: the ti
 depends only on the shapes), which needs no workflow results and so runs on a bare GPU machine.
 Also measures what one Snakemake job pays before it trains anything (a fresh Python that
 imports torch and jtc.shortcuts.train and reads one layer's states): the reason the workflow trains
-all
-of a source layer's pairs in one job rather than one job per pair. The tuned lens is compared
+all of a source layer's pairs in one job rather than one job per pair. The tuned lens is compared
 with the matrix-multiply roofline of its vocabulary products (4·n·d·V FLOP per epoch).
 
     .venv/bin/python bench/bench_train.py [--sources 5 15 25] [--synthetic] [--device cuda]
@@ -67,7 +66,7 @@ def mse(parts: dict, x: np.ndarray, y: np.ndarray) -> float:
 def job_start_seconds(train_dir: str) -> float:
     code = (
         "import torch, jtc.shortcuts.fit, jtc.shortcuts.train, jtc.stages.fit; "
-        "from jtc.files.io import read_states; "
+        "from jtc.data.states import read_states; "
         f"read_states({train_dir!r}, 0)"
     )
     start = time.perf_counter()

@@ -1,6 +1,5 @@
 """Content fingerprints of external inputs (jtc.workflow.fingerprint): what changes them, what the
-cache
-saves, and, end to end, a text corpus replaced by one with the same size and modification time
+cache saves, and, end to end, a text corpus replaced by one with the same size and modification time
 that still rebuilds the sentence table."""
 
 import hashlib

@@ -70,3 +70,10 @@ def test_train_settings_defaults_are_the_methods(method):
     checked = validate_config(BASE)
     assert TrainSettings.from_config(checked["training"][method]) == settings
     assert TrainSettings.for_method(method, patience=9).patience == 9
+
+
+def test_a_training_block_with_keys_missing_is_refused_by_name():
+    with pytest.raises(
+        ValueError, match=r"without \['optimizer', 'learning_rate'.*TrainSettings.for_method"
+    ):
+        TrainSettings.from_config({"max_epochs": 1, "batch_size": 8})

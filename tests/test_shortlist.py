@@ -1,6 +1,5 @@
 """The shortlist exit check (jtc.evaluation.shortlist): its factorisation, its check, its file and
-its
-columns in the per-position scores."""
+its columns in the per-position scores."""
 
 import numpy as np
 import pytest

@@ -23,7 +23,8 @@ from typing import Any, ClassVar, Self
 import yaml
 
 SCHEMA = Path(__file__).parent / "workflow" / "config.schema.yaml"
-# early_exit.lambdas empty: 125 values from −0.12 to 1.12 in steps of 0.01
+# early_exit.lambdas empty: 125 values from −0.12 (a threshold below 0: every token exits at
+# min_layer) to 1.12 (above 1: none does) in steps of 0.01
 DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))
 
 

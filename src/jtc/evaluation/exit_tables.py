@@ -27,15 +27,14 @@ from jtc.settings import EarlyExitSettings
 log = logging.getLogger(__name__)
 
 
-# λ from -0.12 (threshold below 0: every token exits at min_layer) to 1.12 (above 1: none does)
 SWEEP_COLUMNS = {
     "model": pa.string(),
     "corpus": pa.string(),
     "method": pa.string(),
     "policy": pa.string(),  # "confidence" (the exit rule, per λ) or "fixed" (every token at l)
     # how the confidence is computed: "full" (the whole vocabulary decoded) or "shortlist"
-    # (jtc.evaluation.shortlist: exact logits of candidates picked by a low-rank head); null when
-    # fixed
+    # (jtc.evaluation.shortlist: exact logits of candidates picked by a low-rank head); null
+    # when fixed
     "check": pa.string(),
     "check_every": pa.int32(),  # confidence checked at every k-th layer from min_layer
     "lambda": pa.float64(),  # null for fixed exits
@@ -71,8 +70,7 @@ SAVINGS_COLUMNS = {
 
 def shortlist_macs(info: dict, rank: int, candidates: int) -> float:
     """Multiply-adds of one shortlist check (jtc.evaluation.shortlist) of a cached model (its
-    info.json):
-    k·w + V·k + c·w, with k and c capped as the check caps them."""
+    info.json): k·w + V·k + c·w, with k and c capped as the check caps them."""
     width, vocab = info["hidden_size"], info["vocab_size"]
     k, c = min(rank, width), min(candidates, vocab)
     return float(k * width + vocab * k + c * width)

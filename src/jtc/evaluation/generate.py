@@ -6,8 +6,7 @@ check_layers: min_layer, min_layer + k, ...) its state is mapped to the last lay
 shortcut and decoded, and if the confidence (top-1 minus top-2 probability) exceeds the
 threshold, the token is that decode's top-1 and the remaining blocks are skipped (with a
 shortlist check, jtc.evaluation.shortlist, the confidence and token are the shortlist's). The
-skipped
-layers still need this position's keys and values for the tokens after it: as CALM does
+skipped layers still need this position's keys and values for the tokens after it: as CALM does
 (Schuster et al. 2022, "state propagation"), they are computed from the exited state, each
 skipped layer projecting it through its own input norm, key and value projections and rotary
 embedding: two projections per skipped layer instead of a whole block. With a threshold no

@@ -76,9 +76,16 @@ class TrainSettings:
 
     @classmethod
     def from_config(cls, block: dict) -> TrainSettings:
-        """The settings in a config block; its other keys (rank, targets) are not training's."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in block.items() if k in names})
+        """The settings in a config block (the checked config's, every key present); its other
+        keys (rank, targets) are not training's."""
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in names if name not in block]
+        if missing:
+            raise ValueError(
+                f"training settings without {missing}: pass a whole block, e.g. "
+                f"TrainSettings.for_method(method, **changes) for a method's defaults"
+            )
+        return cls(**{name: block[name] for name in names})
 
     @classmethod
     def for_method(cls, method: str, **changes) -> TrainSettings:

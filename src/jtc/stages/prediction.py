@@ -13,8 +13,7 @@ def fit_shortlist(
 ) -> None:
     """The rank-`rank` factorisation of the head's unembedding that the shortlist exit check
     uses (jtc.evaluation.shortlist), weighted by the head's features of the training split's
-    last-layer
-    states."""
+    last-layer states."""
     import numpy as np
 
     from jtc.data.states import read_states
@@ -47,12 +46,10 @@ def decode_predictions(
     candidates: int = 0,
 ) -> None:
     """Per-position scores (jtc.evaluation.decode.SCORE_COLUMNS) of every method at every layer of
-    the
-    validation split (`maps`: each method's map file, None for id), into outs[method]; with a
+    the validation split (`maps`: each method's map file, None for id), into outs[method]; with a
     `shortlist` factorisation, also the shortlist check's on `candidates` tokens
     (jtc.evaluation.decode.SHORTLIST_COLUMNS). The head, the final prediction and each layer's
-    states are
-    read once for all methods."""
+    states are read once for all methods."""
     import numpy as np
     import pyarrow as pa
 

@@ -105,8 +105,8 @@ def gpu_problem(models: dict[str, Any], find_gpu: Callable[[], LocalGpu | None])
     """What this machine cannot run of what the models ask, for a run whose jobs run here: a
     `device_map` where the jobs will see no GPU, `dtype: bfloat16` on a GPU without it (compute
     capability below 8.0). `find_gpu` (jtc.workflow.gpus.local_gpu) is asked only when a model
-    needs it.
-    The jobs refuse the same (jtc.model.cache.compute_problem); this says it before any job runs."""
+    needs it. The jobs refuse the same (jtc.model.cache.compute_problem); this says it before
+    any job runs."""
     for name, spec in models.items():
         device_map, dtype = spec.get("device_map"), spec.get("dtype", "float32")
         if device_map is None and dtype != "bfloat16":
