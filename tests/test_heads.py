@@ -2,15 +2,18 @@
 the model's own head without transformers, and a head it cannot describe falls back to the
 transformers path."""
 
+import json
+import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from tiny import make_model
 from torch import nn
 
-from jtc.files.io import read_json, write_json
+from jtc.files.io import CorruptFileError, read_json, write_json
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.head import describe, load_decoder_head
 from jtc.model.manifest import write_manifest
@@ -111,3 +114,87 @@ def test_a_decoding_job_imports_no_transformers(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     assert read_json(folder / "info.json")["head"]["transform"][0]["op"] == "rms_norm"
+
+
+def _flip_tensor_byte(folder, name):
+    """Flip one byte inside tensor `name`'s data in the cached weights."""
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    length = struct.unpack("<Q", data[:8])[0]
+    first, last = json.loads(data[8 : 8 + length])[name]["data_offsets"]
+    data[8 + length + (first + last) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _weights_entry(folder):
+    return json.loads((folder / "manifest.json").read_text())["model.safetensors"]
+
+
+def test_a_head_only_job_checks_the_tensors_it_reads_and_not_the_others(tmp_path):
+    folder, _ = cached("llama", tmp_path)
+    entry = _weights_entry(folder)
+    assert {"header_crc32", "tensors", "crc32"} <= set(entry)
+    # damage in a block's weights: the head job reads none of them and goes on; loading the
+    # whole model refuses it
+    _flip_tensor_byte(folder, "model.layers.0.mlp.up_proj.weight")
+    load_decoder_head(folder, "m", threads=1)
+    with pytest.raises(CorruptFileError, match="model.safetensors is damaged"):
+        load_cached(folder)
+    # damage in the head's unembedding: refused, naming the tensor and the rebuild
+    _flip_tensor_byte(folder, "lm_head.weight")
+    with pytest.raises(CorruptFileError, match=r"checksum of tensor lm_head.weight.*rm -r"):
+        load_decoder_head(folder, "m", threads=1)
+
+
+def test_a_damaged_weights_header_is_refused_before_any_tensor_is_read(tmp_path):
+    folder, _ = cached("llama", tmp_path)
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0x01  # inside the JSON header
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=r"damaged \(its header differs"):
+        load_decoder_head(folder, "m", threads=1)
+
+
+def test_a_manifest_without_tensor_checksums_checks_the_whole_file(tmp_path):
+    """A model cached before tensors had checksums of their own: the whole file is checked."""
+    folder, _ = cached("llama", tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for key in ("tensors", "header_crc32"):
+        del manifest["model.safetensors"][key]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    load_decoder_head(folder, "m", threads=1)
+    _flip_tensor_byte(folder, "model.layers.0.mlp.up_proj.weight")  # not a head tensor
+    with pytest.raises(CorruptFileError, match="model.safetensors is damaged"):
+        load_decoder_head(folder, "m", threads=1)
+
+
+def test_the_head_through_transformers_checks_its_tensors_too(tmp_path):
+    folder, info = cached("gpt2", tmp_path)
+    del info["head"]
+    write_json(folder / "info.json", info)
+    write_manifest(folder)
+    load_decoder_head(folder, "m", threads=1)
+    _flip_tensor_byte(folder, "transformer.h.0.mlp.c_fc.weight")  # not read by the head
+    load_decoder_head(folder, "m", threads=1)
+    _flip_tensor_byte(folder, "transformer.ln_f.weight")  # the final norm: the head's
+    with pytest.raises(CorruptFileError, match="checksum of tensor transformer.ln_f.weight"):
+        load_decoder_head(folder, "m", threads=1)
+
+
+def test_the_manifests_checksums_in_one_pass_are_those_of_the_bytes_they_name(tmp_path):
+    from safetensors.numpy import save_file
+
+    from jtc.model import manifest
+
+    path = tmp_path / "model.safetensors"
+    tensors = {"a": np.arange(1000, dtype=np.float32), "b": np.ones((7, 3), np.float16)}
+    save_file({**tensors, "empty": np.zeros(0, np.float32)}, str(path), metadata={"k": "v"})
+    entry = manifest._weights_entry(path)
+    start, header = manifest._header(path)
+    assert entry["crc32"] == manifest._crc32(path)
+    assert entry["header_crc32"] == manifest._crc32(path, 0, start)
+    for name, spec in header.items():
+        first, last = spec["data_offsets"]
+        assert entry["tensors"][name] == manifest._crc32(path, start + first, last - first)
+    assert set(entry["tensors"]) == {"a", "b", "empty"}  # not the metadata

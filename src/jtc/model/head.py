@@ -28,9 +28,10 @@ from torch import nn
 from jtc.devices import job_device
 from jtc.files.io import CorruptFileError, read_json
 from jtc.model.adapters import Adapter, adapter_of, missing_head_message
-from jtc.model.manifest import check_manifest
+from jtc.model.manifest import Manifest
 
 DECODE_BYTES = 64 << 20  # float32 logits held at once (Head.rows_per_chunk)
+WEIGHTS = "model.safetensors"  # a cached model's weights file
 ACTIVATIONS = {
     "gelu": lambda x: nn.functional.gelu(x),
     "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
@@ -280,11 +281,12 @@ def load_decoder_head(
     info = read_json(model_dir / "info.json")
     if model is not None:
         return Head.from_model(model, adapter_of(info), name)
-    check_manifest(model_dir)
+    manifest = Manifest(model_dir)  # the head's tensors are checked as they are read
+    manifest.check_but_tensors()
     description = info.get("head")
     if description is None:
-        return _through_transformers(model_dir, info, name)
-    path = model_dir / "model.safetensors"
+        return _through_transformers(model_dir, info, name, manifest)
+    path = model_dir / WEIGHTS
     with safe_open(path, "pt") as weights:
         stored = set(weights.keys())
 
@@ -292,12 +294,15 @@ def load_decoder_head(
             present = [n for n in names if n in stored]
             if not present:
                 raise CorruptFileError(f"{path} lacks the head tensor {names[0]}")
+            manifest.check_tensors(WEIGHTS, present[:1])
             return weights.get_tensor(present[0])
 
         return _build(description, tensor, job_device())
 
 
-def _through_transformers(model_dir: Path, info: dict[str, Any], name: str) -> Head:
+def _through_transformers(
+    model_dir: Path, info: dict[str, Any], name: str, manifest: Manifest
+) -> Head:
     """The head built through transformers from an empty (meta-device) skeleton of the model,
     given only the head's tensors (its final norm or transform and its unembedding) from the
     cached safetensors: the rest of the model is never built. The same head as the whole
@@ -317,20 +322,23 @@ def _through_transformers(model_dir: Path, info: dict[str, Any], name: str) -> H
         raise
     device = job_device()
     names = parameter_names(skeleton)
-    with safe_open(model_dir / "model.safetensors", "pt") as weights:
+    with safe_open(model_dir / WEIGHTS, "pt") as weights:
         done: list[str] = []
         for path, module in modules:
             if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
-                _materialise(module, path, names, weights, device)
+                _materialise(module, path, names, weights, device, manifest)
                 done.append(path)
     transform, unembedding = adapter.head(skeleton)
     return Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
 
 
-def _materialise(module: nn.Module, path: str, names, weights, device: torch.device) -> None:
-    """Give a module built on the meta device (at `path` in the model) its cached tensors, in
-    float32, on `device`: each tensor under its own name, or under a name it is tied to when
-    the cache stores it once (a tied head and embedding)."""
+def _materialise(
+    module: nn.Module, path: str, names, weights, device: torch.device, manifest: Manifest
+) -> None:
+    """Give a module built on the meta device (at `path` in the model) its cached tensors
+    (each checked against the manifest), in float32, on `device`: each tensor under its own
+    name, or under a name it is tied to when the cache stores it once (a tied head and
+    embedding)."""
     stored_names = set(weights.keys())
     wanted = {}
     # every name of every tensor: to_empty below unties tied tensors (RoBERTa's lm_head.bias
@@ -339,6 +347,7 @@ def _materialise(module: nn.Module, path: str, names, weights, device: torch.dev
         own = f"{path}.{local}" if path else local
         stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
         if stored:
+            manifest.check_tensors(WEIGHTS, stored[:1])
             wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
     module.to_empty(device=device)
     missing = module.load_state_dict(wanted, strict=False).missing_keys

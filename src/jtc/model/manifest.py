@@ -1,50 +1,179 @@
 """A cached model folder's manifest: every file with its size and checksum, checked before the
 folder is used (standard library only, so that jobs which read only the head need no
-transformers)."""
+transformers).
+
+A job that loads the whole model checks every file whole (`check_manifest`). A job that reads
+only a few tensors of the weights (the decoder head, a few hundred MB of a 7B model's 13 GB)
+checks the other files whole, the weights file's size and header, and then only the tensors it
+reads, each against the checksum recorded for it when the model was cached (`Manifest`).
+"""
 
 from __future__ import annotations
 
 import json
+import struct
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from jtc.files.io import CorruptFileError, read_json
 
-MANIFEST = "manifest.json"  # {file: {"bytes": size, "crc32": checksum}} of a cached model
+MANIFEST = "manifest.json"  # {file: {"bytes": size, "crc32": checksum, ...}} of a cached model
+WEIGHTS_SUFFIX = ".safetensors"  # these also get "header_crc32" and "tensors": {name: crc32}
+_CHUNK = 1 << 24
 
 
-def _crc32(path: Path) -> str:
-    value = 0
+def _crc32(path: Path, start: int = 0, length: int | None = None) -> str:
+    """The crc32 of `length` bytes of a file from `start` (None: to the end)."""
+    value, left = 0, length
     with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
+        handle.seek(start)
+        while left is None or left > 0:
+            chunk = handle.read(_CHUNK if left is None else min(_CHUNK, left))
+            if not chunk:
+                break
             value = zlib.crc32(chunk, value)
+            left = None if left is None else left - len(chunk)
     return f"{value:08x}"
 
 
+def _header(path: Path) -> tuple[int, dict]:
+    """(the byte where a safetensors file's tensor data starts, its header: {name: {dtype,
+    shape, data_offsets}}); CorruptFileError where the header cannot be read."""
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise CorruptFileError(f"{path}: too short for a safetensors file")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > path.stat().st_size - 8:
+            raise CorruptFileError(f"{path}: its header length runs past the end of the file")
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptFileError(f"{path}: its header is not JSON ({exc})") from exc
+    header.pop("__metadata__", None)
+    return 8 + length, header
+
+
+def _weights_entry(path: Path) -> dict:
+    """The size and checksum of a weights file, of its header, and of each tensor's bytes, in
+    one pass over the file."""
+    start, header = _header(path)
+    spans = sorted((spec["data_offsets"], name) for name, spec in header.items())
+    tensors, whole, at = {}, 0, 0
+    with path.open("rb") as handle:
+
+        def feed(length: int) -> int:
+            """crc32 of the next `length` bytes (None: to the end), fed to the whole's too."""
+            nonlocal whole, at
+            value, left = 0, length
+            while left is None or left > 0:
+                chunk = handle.read(_CHUNK if left is None else min(_CHUNK, left))
+                if not chunk:
+                    break
+                value, whole = zlib.crc32(chunk, value), zlib.crc32(chunk, whole)
+                at += len(chunk)
+                left = None if left is None else left - len(chunk)
+            return value
+
+        header_crc = feed(start)
+        for (first, last), name in spans:
+            feed(start + first - at)  # a gap between tensors, if any
+            tensors[name] = f"{feed(last - first):08x}"
+        feed(None)  # anything after the last tensor
+    return {
+        "bytes": path.stat().st_size,
+        "crc32": f"{whole:08x}",
+        "header_crc32": f"{header_crc:08x}",
+        "tensors": dict(sorted(tensors.items())),
+    }
+
+
 def write_manifest(folder: Path) -> None:
-    """List every file of a cached model with its size and checksum, in manifest.json."""
+    """List every file of a cached model with its size and checksum, in manifest.json; a
+    weights file also with the checksums of its header and of each tensor."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
-    manifest = {p.name: {"bytes": p.stat().st_size, "crc32": _crc32(p)} for p in files}
+    manifest = {
+        p.name: (
+            _weights_entry(p)
+            if p.suffix == WEIGHTS_SUFFIX
+            else {"bytes": p.stat().st_size, "crc32": _crc32(p)}
+        )
+        for p in files
+    }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+class Manifest:
+    """A cached model folder's manifest, read once, for the checks of a job."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.rebuild = (
+            f"delete the folder {self.folder} and rerun the same snakemake command to cache the "
+            f"model again (rm -r {self.folder})"
+        )
+        if not (self.folder / MANIFEST).is_file():
+            raise CorruptFileError(
+                f"{self.folder}: no {MANIFEST} (damaged, or cached by an older jtc): {self.rebuild}"
+            )
+        self.entries: dict[str, dict] = read_json(self.folder / MANIFEST)
+        self._checked: set[tuple[str, str]] = set()
+
+    def _damaged(self, path: Path, what: str = "its size or checksum") -> CorruptFileError:
+        return CorruptFileError(
+            f"{path} is damaged ({what} differs from {MANIFEST}): {self.rebuild}"
+        )
+
+    def _present(self, name: str, want: dict) -> Path:
+        path = self.folder / name
+        if not path.is_file():
+            raise CorruptFileError(f"{path} is missing: {self.rebuild}")
+        if path.stat().st_size != want["bytes"]:
+            raise self._damaged(path, "its size")
+        return path
+
+    def check_all(self) -> None:
+        """Every file whole."""
+        for name, want in self.entries.items():
+            path = self._present(name, want)
+            if _crc32(path) != want["crc32"]:
+                raise self._damaged(path)
+
+    def check_but_tensors(self) -> None:
+        """Every file whole but the weights files, of which the size and the header (the
+        tensors are checked as they are read: `check_tensors`). A manifest written before
+        tensors had checksums of their own: every file whole."""
+        for name, want in self.entries.items():
+            path = self._present(name, want)
+            if "tensors" in want:
+                if _crc32(path, 0, _header(path)[0]) != want["header_crc32"]:
+                    raise self._damaged(path, "its header")
+            elif _crc32(path) != want["crc32"]:
+                raise self._damaged(path)
+
+    def check_tensors(self, file: str, names: Iterable[str]) -> None:
+        """The bytes of these tensors of a weights file, each against its own checksum (the
+        header's offsets were checked by check_but_tensors)."""
+        want = self.entries.get(file)
+        if want is None:
+            raise CorruptFileError(f"{self.folder / file} is not in {MANIFEST}: {self.rebuild}")
+        if "tensors" not in want:
+            return  # an older manifest: the whole file was checked
+        path = self.folder / file
+        start, header = _header(path)
+        for name in names:
+            if (file, name) in self._checked:
+                continue
+            if name not in header or name not in want["tensors"]:
+                raise CorruptFileError(f"{path} lacks the tensor {name}: {self.rebuild}")
+            first, last = header[name]["data_offsets"]
+            if _crc32(path, start + first, last - first) != want["tensors"][name]:
+                raise self._damaged(path, f"the checksum of tensor {name}")
+            self._checked.add((file, name))
 
 
 def check_manifest(folder: str | Path) -> None:
     """Refuse a cached model whose files differ from its manifest (damaged, truncated, edited),
     naming the file and the command that rebuilds the cache."""
-    folder = Path(folder)
-    rebuild = (
-        f"delete the folder {folder} and rerun the same snakemake command to cache the model "
-        f"again (rm -r {folder})"
-    )
-    if not (folder / MANIFEST).is_file():
-        raise CorruptFileError(
-            f"{folder}: no {MANIFEST} (damaged, or cached by an older jtc): {rebuild}"
-        )
-    for name, want in read_json(folder / MANIFEST).items():
-        path = folder / name
-        if not path.is_file():
-            raise CorruptFileError(f"{path} is missing: {rebuild}")
-        if path.stat().st_size != want["bytes"] or _crc32(path) != want["crc32"]:
-            raise CorruptFileError(
-                f"{path} is damaged (its size or checksum differs from {MANIFEST}): {rebuild}"
-            )
+    Manifest(folder).check_all()
