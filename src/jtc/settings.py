@@ -59,18 +59,13 @@ class Settings:
         """The object of a param (every key present, no other)."""
         keys = set(cls.keys())
         unknown, missing = sorted(set(values) - keys), sorted(keys - set(values))
-        if unknown or missing:
-            raise ValueError(
-                f"{cls.__name__} (config {cls.BLOCK}): "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"unknown keys {unknown}" if unknown else "",
-                        f"missing keys {missing}" if missing else "",
-                    )
-                    if part
-                )
-            )
+        problems = []
+        if unknown:
+            problems.append(f"unknown keys {unknown}")
+        if missing:
+            problems.append(f"missing keys {missing}")
+        if problems:
+            raise ValueError(f"{cls.__name__} (config {cls.BLOCK}): {'; '.join(problems)}")
         return cls(**{key: _frozen(values[key]) for key in cls.keys()})
 
     @classmethod

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from jtc.files.io import CorruptFileError, read_json
 
@@ -23,17 +24,24 @@ WEIGHTS_SUFFIX = ".safetensors"  # these also get "header_crc32" and "tensors": 
 _CHUNK = 1 << 24
 
 
+def _chunks(handle: BinaryIO, length: int | None) -> Iterator[bytes]:
+    """The next `length` bytes of an open file (None: to the end), in bounded chunks."""
+    left = length
+    while left is None or left > 0:
+        chunk = handle.read(_CHUNK if left is None else min(_CHUNK, left))
+        if not chunk:
+            return
+        yield chunk
+        left = None if left is None else left - len(chunk)
+
+
 def _crc32(path: Path, start: int = 0, length: int | None = None) -> str:
     """The crc32 of `length` bytes of a file from `start` (None: to the end)."""
-    value, left = 0, length
+    value = 0
     with path.open("rb") as handle:
         handle.seek(start)
-        while left is None or left > 0:
-            chunk = handle.read(_CHUNK if left is None else min(_CHUNK, left))
-            if not chunk:
-                break
+        for chunk in _chunks(handle, length):
             value = zlib.crc32(chunk, value)
-            left = None if left is None else left - len(chunk)
     return f"{value:08x}"
 
 
@@ -63,17 +71,13 @@ def _weights_entry(path: Path) -> dict:
     tensors, whole, at = {}, 0, 0
     with path.open("rb") as handle:
 
-        def feed(length: int) -> int:
+        def feed(length: int | None) -> int:
             """crc32 of the next `length` bytes (None: to the end), fed to the whole's too."""
             nonlocal whole, at
-            value, left = 0, length
-            while left is None or left > 0:
-                chunk = handle.read(_CHUNK if left is None else min(_CHUNK, left))
-                if not chunk:
-                    break
+            value = 0
+            for chunk in _chunks(handle, length):
                 value, whole = zlib.crc32(chunk, value), zlib.crc32(chunk, whole)
                 at += len(chunk)
-                left = None if left is None else left - len(chunk)
             return value
 
         header_crc = feed(start)
@@ -119,6 +123,12 @@ class Manifest:
             )
         self.entries: dict[str, dict] = read_json(self.folder / MANIFEST)
         self._checked: set[tuple[str, str]] = set()
+        self._headers: dict[str, tuple[int, dict]] = {}  # parsed once a job, by file
+
+    def _header(self, name: str) -> tuple[int, dict]:
+        if name not in self._headers:
+            self._headers[name] = _header(self.folder / name)
+        return self._headers[name]
 
     def _damaged(self, path: Path, what: str = "its size or checksum") -> CorruptFileError:
         return CorruptFileError(
@@ -147,7 +157,7 @@ class Manifest:
         for name, want in self.entries.items():
             path = self._present(name, want)
             if "tensors" in want:
-                if _crc32(path, 0, _header(path)[0]) != want["header_crc32"]:
+                if _crc32(path, 0, self._header(name)[0]) != want["header_crc32"]:
                     raise self._damaged(path, "its header")
             elif _crc32(path) != want["crc32"]:
                 raise self._damaged(path)
@@ -161,7 +171,7 @@ class Manifest:
         if "tensors" not in want:
             return  # an older manifest: the whole file was checked
         path = self.folder / file
-        start, header = _header(path)
+        start, header = self._header(file)
         for name in names:
             if (file, name) in self._checked:
                 continue
