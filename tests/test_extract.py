@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model
 
-from jtc.data.extract import draw_position, extract, prepare_inputs, run_states
+from jtc.data.extract import draw_position, draw_positions, extract, prepare_inputs, run_states
 from jtc.data.states import read_states
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import model_info
@@ -158,3 +158,108 @@ def test_float16_storage(tmp_path):
         == pa.float16()
     )
     assert states.shape == (len(SENTENCES), 32)
+
+
+def test_several_positions_per_sentence_are_keyed_and_distinct():
+    cand = np.arange(3, 30)
+    one = [draw_positions(0, sid, cand, 1) for sid in range(50)]
+    assert [int(p[0]) for p in one] == [draw_position(0, sid, cand) for sid in range(50)]
+    for sid in range(50):
+        four = draw_positions(0, sid, cand, 4)
+        assert len(set(four)) == 4 and set(four) <= set(cand) and list(four) == sorted(four)
+        assert np.array_equal(four, draw_positions(0, sid, cand, 4))  # keyed, not stateful
+    assert any(
+        not np.array_equal(draw_positions(0, s, cand, 4), draw_positions(1, s, cand, 4))
+        for s in range(50)
+    )
+    # more positions than the sentence has, or "all": every candidate, never an error
+    assert np.array_equal(draw_positions(0, 1, cand, 100), cand)
+    assert np.array_equal(draw_positions(0, 1, cand, "all"), cand)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_states_at_several_positions_match_the_model(kind, tmp_path):
+    """With 3 positions per sentence (all of them for "all"), each row's states are the
+    model's own at that sentence and position: one cut input per sentence for a causal model,
+    one masked input per row for a masked LM; the first position drawn is not the k=1 draw's
+    business, but the rows are (sentence, position) pairs in order."""
+    model, tokenizer = make_model(kind)
+    info = model_info(kind, model, tokenizer, "test")
+    adapter = get_adapter(info["architecture"])
+    table = sentences_table(SENTENCES)
+    for count in (3, "all"):
+        out = tmp_path / f"{kind}-{count}"
+        out.mkdir()
+        summary = extract(
+            model, tokenizer, info, table, out, seed=0, batch_size=3, max_tokens=64,
+            dtype="float32", positions=count,
+        )  # fmt: skip
+        ids = table.column("sentence_id").to_numpy()
+        prepared = prepare_inputs(
+            tokenizer, SENTENCES, ids, adapter.task, 0, 64, tokenizer.mask_token_id, count
+        )
+        stored_ids, first = read_states(out, 1)
+        assert np.array_equal(stored_ids, prepared.sentence_ids)
+        assert summary["sentences"] == len(SENTENCES) and summary["rows"] == len(stored_ids)
+        per_sentence = np.unique(stored_ids, return_counts=True)[1]
+        if count == "all":
+            masks = tokenizer(SENTENCES, return_special_tokens_mask=True)["special_tokens_mask"]
+            ordinary = [len(m) - sum(m) for m in masks]
+            assert list(per_sentence) == ordinary
+        else:
+            assert (per_sentence == 3).all()
+        rows = len(stored_ids)
+        assert len(prepared.inputs) == (len(SENTENCES) if adapter.task == "causal" else rows)
+        for row in range(rows):
+            inp = prepared.inputs[prepared.input_of[row]]
+            ref = reference_states(model, kind, inp.tolist())
+            np.testing.assert_allclose(first[row], ref[1][prepared.positions[row]], atol=1e-5)
+            if adapter.task == "masked":
+                assert inp[prepared.positions[row]] == tokenizer.mask_token_id
+                assert (inp == tokenizer.mask_token_id).sum() == 1
+
+
+def test_gold_tokens_at_several_causal_positions():
+    _, tokenizer = make_model("gpt2")
+    prepared = prepare_inputs(
+        tokenizer, SENTENCES, np.arange(len(SENTENCES)), "causal", 0, 64, None, 4
+    )
+    for row, (sid, pos, gold) in enumerate(
+        zip(prepared.sentence_ids, prepared.positions, prepared.gold_ids, strict=True)
+    ):
+        full = tokenizer(SENTENCES[sid])["input_ids"]
+        assert (
+            list(prepared.inputs[prepared.input_of[row]])
+            == full[: len(prepared.inputs[prepared.input_of[row]])]
+        )
+        assert len(prepared.inputs[prepared.input_of[row]]) > pos
+        assert gold == (full[pos + 1] if pos + 1 < len(full) else -1)
+
+
+def test_positions_chunking_bounds_rows_and_keeps_states(tmp_path, monkeypatch):
+    """Inputs run in chunks of at most max_rows rows (an input with more runs alone): the same
+    states as one chunk."""
+    import jtc.data.extract as extraction
+
+    model, tokenizer = make_model("gpt2")
+    info = model_info("g", model, tokenizer, "test")
+    outs = {}
+    for name, chunk_bytes in (("one", 1 << 30), ("small", 5 * 32 * 4 * (info["num_layers"] + 1))):
+        monkeypatch.setattr(extraction, "CHUNK_BYTES", chunk_bytes)
+        outs[name] = tmp_path / name
+        outs[name].mkdir()
+        extract(
+            model, tokenizer, info, sentences_table(SENTENCES), outs[name], seed=0,
+            batch_size=4, max_tokens=64, dtype="float32", positions="all",
+        )  # fmt: skip
+    prepared = prepare_inputs(
+        tokenizer, SENTENCES, np.arange(len(SENTENCES)), "causal", 0, 64, None, "all"
+    )
+    chunks = list(extraction.input_chunks(prepared, 2048, 5))
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(prepared.inputs)
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
+    assert len(chunks) == len(prepared.inputs)  # every sentence has more than 5 tokens
+    for layer in (0, 2):
+        a, b = read_states(outs["one"], layer), read_states(outs["small"], layer)
+        assert np.array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], atol=1e-5)

@@ -31,11 +31,33 @@ from harness import (
 )
 from tiny import save_model
 
+from jtc.shortcuts.maps import read_metadata
+
 pytestmark = pytest.mark.workflow
 
 # what a smaller validation split reruns: validation states and what reads them, nothing else
 VALIDATION_RERUN = {
     "extract_hidden": 2,
+    "r2_table": 2,
+    "plot_r2": 2,
+    "decode_predictions": 2,
+    "prediction_table": 2,
+    "plot_prediction": 2,
+    "prediction_examples": 2,
+    "early_exit": 2,
+    "plot_early_exit": 2,
+    "headline_table": 1,
+    "all": 1,
+}
+
+
+# a change to the training states: they, the fits, and everything after them (the validation
+# states stay)
+TRAINING_RERUN = {
+    "extract_hidden": 2,
+    "fit_map": 2,
+    "fit_shortlist": 2,
+    "parameter_table": 2,
     "r2_table": 2,
     "plot_r2": 2,
     "decode_predictions": 2,
@@ -147,23 +169,21 @@ def test_validation_size_reruns_only_what_reads_the_validation_split(tiny_run, t
 
 def test_training_size_reruns_the_fits_and_everything_after_them(tiny_run, tmp_path):
     ran = plan_changed(tiny_run, tmp_path, sizes={"train": 40, "validation": 16})
-    # training states, fits, and everything after them (the validation states stay)
-    assert ran == {
-        "extract_hidden": 2,
-        "fit_map": 2,
-        "fit_shortlist": 2,
-        "parameter_table": 2,
-        "r2_table": 2,
-        "plot_r2": 2,
-        "decode_predictions": 2,
-        "prediction_table": 2,
-        "plot_prediction": 2,
-        "prediction_examples": 2,
-        "early_exit": 2,
-        "plot_early_exit": 2,
-        "headline_table": 1,
-        "all": 1,
-    }
+    assert ran == TRAINING_RERUN
+
+
+def test_positions_per_sentence_reruns_the_training_states_and_what_reads_them(tiny_run, tmp_path):
+    """positions_per_sentence: 3 extracts three rows per training sentence (the validation
+    states stay, one row per sentence) and refits on them; the map files count both."""
+    hidden = "results/hidden/gpt/mini/{split}/positions.parquet"
+    assert rerun_changed(tiny_run, tmp_path, positions_per_sentence=3) == TRAINING_RERUN
+    val = hidden.format(split="validation")
+    assert (tmp_path / val).stat().st_mtime_ns == (tiny_run / val).stat().st_mtime_ns
+    before = pq.read_table(tiny_run / hidden.format(split="train")).column("sentence_id")
+    after = pq.read_table(tmp_path / hidden.format(split="train")).column("sentence_id")
+    assert len(after) == 3 * len(before) and set(after.to_pylist()) == set(before.to_pylist())
+    meta = read_metadata(tmp_path / "results/maps/gpt/mini/mat.safetensors")
+    assert meta["n_train"] == len(before) and meta["training_rows"] == len(after)
 
 
 def test_a_summary_setting_reruns_only_the_summary_and_its_figure(tiny_run, tmp_path):

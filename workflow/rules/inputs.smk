@@ -32,6 +32,12 @@ def device_map(wildcards):
     return config["models"][wildcards.model].get("device_map")
 
 
+def split_positions(wildcards):
+    """Token positions per sentence of a split's states: positions_per_sentence for the
+    training split, one for validation (config.schema.yaml says why)."""
+    return config["positions_per_sentence"] if wildcards.split == "train" else 1
+
+
 def corpus_content(wildcards):
     """The content fingerprint of a corpus's text file or downloaded archive (None for
     the packaged corpora): a file replaced with an older time stamp reruns the job."""

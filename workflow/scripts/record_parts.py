@@ -11,6 +11,7 @@ with job(snakemake):
         corpus=snakemake.wildcards.corpus,
         split=snakemake.wildcards.split,
         n=p.n,
+        positions=p.positions,
         seed=p.seed,
         batch_size=p.batch_size,
         max_tokens=p.max_tokens,

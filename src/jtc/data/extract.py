@@ -1,9 +1,10 @@
-"""Hidden-state extraction: one drawn token position per sentence, states h_0..h_L there.
+"""Hidden-state extraction: drawn token positions of each sentence (one by default, k, or
+all), states h_0..h_L there.
 
 h_0 is the input of the first block, h_l the output of block l, read with forward hooks; h_L
 is therefore taken before the model's final norm. Causal models see the sentence cut after the
-drawn position (identical states, less compute); masked LMs see the whole sentence with the
-drawn token replaced by the mask token.
+last drawn position (identical states, less compute), once for all its positions; masked LMs
+see the whole sentence with the drawn token replaced by the mask token, once per position.
 """
 
 from __future__ import annotations
@@ -32,23 +33,50 @@ STATE_BUFFER_BYTES = 512 << 20  # states buffered for writing, all layers togeth
 ROW_GROUP_BYTES = 64 << 20  # largest Parquet row group
 
 
+ALL = "all"  # positions_per_sentence: every ordinary token of each sentence
+
+
 def draw_position(seed: int, sentence_id: int, candidates: np.ndarray) -> int:
     """A uniform draw over `candidates` from a generator keyed by (seed, sentence id)."""
     rng = np.random.default_rng([seed, sentence_id])
     return int(candidates[rng.integers(len(candidates))])
 
 
+def draw_positions(
+    seed: int, sentence_id: int, candidates: np.ndarray, count: int | str = 1
+) -> np.ndarray:
+    """The positions of one sentence, in increasing order: for `count` 1, draw_position's (the
+    paper's one position); for k > 1, k distinct draws from a generator keyed by (seed, sentence
+    id, k); every candidate for "all" or a k at least their number. The same sentence gets the
+    same positions whatever else is extracted with it."""
+    if count == 1:
+        return np.asarray([draw_position(seed, sentence_id, candidates)], dtype=np.int64)
+    if count == ALL or int(count) >= len(candidates):
+        return np.asarray(candidates, dtype=np.int64)
+    rng = np.random.default_rng([seed, sentence_id, int(count)])
+    return np.sort(rng.choice(np.asarray(candidates, dtype=np.int64), int(count), replace=False))
+
+
 @dataclass
 class Prepared:
-    """Model inputs for the selected sentences (one drawn position each)."""
+    """Model inputs for the selected sentences, and their rows: one row per (sentence, drawn
+    position), in sentence order, positions increasing within a sentence. A causal model reads
+    one input per sentence (cut after its last drawn position: the states at earlier positions
+    are the same); a masked LM one input per row (that row's token masked)."""
 
-    sentence_ids: np.ndarray  # (n,)
+    sentence_ids: np.ndarray  # (rows,)
     inputs: list[np.ndarray]  # token ids fed to the model (cut or masked)
-    positions: np.ndarray  # drawn position
-    token_ids: np.ndarray  # original token at the drawn position
-    gold_ids: np.ndarray  # next token (causal; -1 at the end) or the masked original
-    n_tokens: np.ndarray  # sentence length in tokens after truncation
+    positions: np.ndarray  # (rows,) drawn position
+    token_ids: np.ndarray  # (rows,) original token at the drawn position
+    gold_ids: np.ndarray  # (rows,) next token (causal; -1 at the end) or the masked original
+    n_tokens: np.ndarray  # (rows,) sentence length in tokens after truncation
     skipped: int
+    input_of: np.ndarray  # (rows,) the input each row is read from (non-decreasing)
+
+    def input_rows(self, start: int, stop: int) -> slice:
+        """The rows read from inputs start..stop-1 (contiguous: input_of is non-decreasing)."""
+        first, last = np.searchsorted(self.input_of, [start, stop])
+        return slice(int(first), int(last))
 
 
 def prepare_inputs(
@@ -59,9 +87,11 @@ def prepare_inputs(
     seed: int,
     max_tokens: int,
     mask_token_id: int | None,
+    positions: int | str = 1,
 ) -> Prepared:
-    """Tokenise, truncate to `max_tokens`, draw a position among non-special tokens, and cut
-    (causal) or mask (masked LM). Sentences with no ordinary token are skipped and counted."""
+    """Tokenise, truncate to `max_tokens`, draw `positions` positions per sentence among its
+    non-special tokens (draw_positions), and cut (causal) or mask (masked LM). Sentences with no
+    ordinary token are skipped and counted."""
     if task == "masked" and mask_token_id is None:
         raise ValueError("masked-token extraction needs a tokenizer with a mask token")
     enc = tokenizer(
@@ -72,37 +102,42 @@ def prepare_inputs(
         return_special_tokens_mask=True,
         return_attention_mask=False,
     )
-    keep, inputs, positions, token_ids, gold_ids, n_tokens = [], [], [], [], [], []
+    kept, inputs, drawn, token_ids, gold_ids, n_tokens, input_of = [], [], [], [], [], [], []
     for i, (ids, special) in enumerate(
         zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)
     ):
         ids = np.asarray(ids, dtype=np.int64)
-        cand = np.flatnonzero(np.asarray(special) == 0)
+        special = np.asarray(special)
+        cand = np.flatnonzero(special == 0)
         if len(cand) == 0:
             continue
-        pos = draw_position(seed, int(sentence_ids[i]), cand)
+        chosen = draw_positions(seed, int(sentence_ids[i]), cand, positions)
         if task == "causal":
-            model_input = ids[: pos + 1]
-            nxt = pos + 1
-            gold = int(ids[nxt]) if nxt < len(ids) and special[nxt] == 0 else -1
+            input_of.extend([len(inputs)] * len(chosen))
+            inputs.append(ids[: chosen[-1] + 1])
+            nxt = chosen + 1
+            ordinary = (nxt < len(ids)) & (special[np.minimum(nxt, len(ids) - 1)] == 0)
+            gold_ids.extend(np.where(ordinary, ids[np.minimum(nxt, len(ids) - 1)], -1))
         else:
-            model_input = ids.copy()
-            model_input[pos] = mask_token_id
-            gold = int(ids[pos])
-        keep.append(i)
-        inputs.append(model_input)
-        positions.append(pos)
-        token_ids.append(int(ids[pos]))
-        gold_ids.append(gold)
-        n_tokens.append(len(ids))
+            for pos in chosen:
+                input_of.append(len(inputs))
+                masked = ids.copy()
+                masked[pos] = mask_token_id
+                inputs.append(masked)
+            gold_ids.extend(ids[chosen])
+        kept.extend([i] * len(chosen))
+        drawn.extend(chosen)
+        token_ids.extend(ids[chosen])
+        n_tokens.extend([len(ids)] * len(chosen))
     return Prepared(
-        sentence_ids=np.asarray(sentence_ids)[keep].astype(np.int64),
+        sentence_ids=np.asarray(sentence_ids, dtype=np.int64)[kept],
         inputs=inputs,
-        positions=np.asarray(positions, dtype=np.int32),
+        positions=np.asarray(drawn, dtype=np.int32),
         token_ids=np.asarray(token_ids, dtype=np.int64),
         gold_ids=np.asarray(gold_ids, dtype=np.int64),
         n_tokens=np.asarray(n_tokens, dtype=np.int32),
-        skipped=len(texts) - len(keep),
+        skipped=len(texts) - len(set(kept)),
+        input_of=np.asarray(input_of, dtype=np.int64),
     )
 
 
@@ -137,40 +172,53 @@ def run_states(
     progress: Progress | None = None,
     recorder: Recorder | None = None,
     before_batch: Callable[[np.ndarray], None] | None = None,
+    input_of: np.ndarray | None = None,
 ) -> np.ndarray:
-    """States (sites, n, d) at `positions` for the token sequences `inputs`, batched by length.
+    """States (sites, rows, d) at `positions` for the token sequences `inputs`, batched by
+    length: row r is read at positions[r] of inputs[input_of[r]] (`input_of` non-decreasing;
+    None: one row per input, in order).
 
-    The sites are the recorder's (default: h_0..h_L); `before_batch(rows)` is called before
-    each batch runs."""
+    The sites are the recorder's (default: h_0..h_L); `before_batch(inputs)` is called with the
+    input numbers of each batch before it runs."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
     recorder = recorder or StateRecorder(blocks)
-    n, width = len(inputs), model.config.hidden_size
-    out = np.empty((len(recorder.states), n, width), dtype=np.float32)
+    if input_of is None:
+        input_of = np.arange(len(inputs))
+    first = np.searchsorted(input_of, np.arange(len(inputs) + 1))  # each input's first row
+    out = np.empty((len(recorder.states), len(input_of), model.config.hidden_size), np.float32)
     device = _device(model)
     try:
         with torch.inference_mode():
-            for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
+            for batch, ids, mask in padded_batches(inputs, batch_size, pad_id):
+                counts = first[batch + 1] - first[batch]
+                rows = np.concatenate([np.arange(first[i], first[i + 1]) for i in batch])
                 recorder.index = (
-                    torch.arange(len(rows), device=device),
+                    torch.as_tensor(np.repeat(np.arange(len(batch)), counts), device=device),
                     torch.as_tensor(positions[rows], device=device, dtype=torch.long),
                 )
                 if before_batch is not None:
-                    before_batch(rows)
+                    before_batch(batch)
                 backbone(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                 for site, state in enumerate(recorder.states):
                     out[site, rows] = state.cpu().numpy()
                 if progress is not None:
-                    progress.update(len(rows))
+                    progress.update(len(batch))
     finally:
         recorder.remove()
     return out
 
 
 def prepare_sentences(
-    tokenizer, info: dict, sentences: pa.Table, seed: int, max_tokens: int
+    tokenizer,
+    info: dict,
+    sentences: pa.Table,
+    seed: int,
+    max_tokens: int,
+    positions: int | str = 1,
 ) -> tuple[Prepared, int]:
-    """The model inputs of a sentence table as extraction builds them, and the token limit."""
+    """The model inputs of a sentence table as extraction builds them (`positions` per
+    sentence), and the token limit."""
     limit = min(max_tokens, info["max_positions"] or max_tokens)
     prepared = prepare_inputs(
         tokenizer,
@@ -180,10 +228,24 @@ def prepare_sentences(
         seed,
         limit,
         info.get("mask_token_id"),
+        positions,
     )
     if prepared.skipped:
         log.warning("skipped %d sentences with no ordinary token", prepared.skipped)
     return prepared, limit
+
+
+def input_chunks(prepared: Prepared, max_inputs: int, max_rows: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) ranges of inputs run at once: at most `max_inputs` inputs and, unless one
+    input alone has more, at most `max_rows` rows."""
+    n = len(prepared.inputs)
+    first = np.searchsorted(prepared.input_of, np.arange(n + 1))  # each input's first row
+    start = 0
+    while start < n:
+        fits = int(np.searchsorted(first, first[start] + max_rows, side="right")) - 1
+        stop = max(start + 1, min(fits, start + max_inputs, n))
+        yield start, stop
+        start = stop
 
 
 def pad_token_id(tokenizer) -> int:
@@ -203,10 +265,12 @@ def extract(
     dtype: str,
     meta: dict | None = None,
     parts: bool = False,
+    positions: int | str = 1,
 ) -> dict:
     """Write layer_000..layer_L Parquet files (or, with `parts`, the input and output of every
-    block part: block_001.attn.in.parquet, ...), positions.parquet and info.json into `out_dir`."""
-    prepared, limit = prepare_sentences(tokenizer, info, sentences, seed, max_tokens)
+    block part: block_001.attn.in.parquet, ...), positions.parquet and info.json into `out_dir`:
+    a row per (sentence, drawn position), `positions` of them per sentence (draw_positions)."""
+    prepared, limit = prepare_sentences(tokenizer, info, sentences, seed, max_tokens, positions)
     if parts:
         adapter = part_adapter(adapter_of(info))
         sites = part_sites(info["num_layers"], adapter.parts)
@@ -219,28 +283,26 @@ def extract(
     itemsize = 2 if dtype == "float16" else 4
     row_bytes = width * itemsize
     rows_per_group = max(256, min(ROW_GROUP_BYTES, STATE_BUFFER_BYTES // n_sites) // row_bytes)
-    chunk = max(1, min(CHUNK_SENTENCES, CHUNK_BYTES // (n_sites * width * 4)))
+    max_rows = max(1, CHUNK_BYTES // (n_sites * width * 4))
     pad_id = pad_token_id(tokenizer)
     writers = [StateWriter(path, width, dtype, rows_per_group) for path in files]
-    n = len(prepared.inputs)
-    progress = Progress(n, "extract", "sentences")
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
+    progress = Progress(len(prepared.inputs), "extract", "inputs")
+    for start, stop in input_chunks(prepared, CHUNK_SENTENCES, max_rows):
+        rows = prepared.input_rows(start, stop)
         blocks = adapter.blocks(model)
         states = run_states(
             model,
             adapter,
             prepared.inputs[start:stop],
-            prepared.positions[start:stop],
+            prepared.positions[rows],
             batch_size,
             pad_id,
             progress,
             PartRecorder(blocks, adapter.parts) if parts else StateRecorder(blocks),
+            input_of=prepared.input_of[rows] - start,
         )
         for site, writer in enumerate(writers):
-            writer.write(
-                prepared.sentence_ids[start:stop], prepared.positions[start:stop], states[site]
-            )
+            writer.write(prepared.sentence_ids[rows], prepared.positions[rows], states[site])
     for writer in writers:
         writer.close()
     write_table(
@@ -260,7 +322,9 @@ def extract(
         "task": adapter.task,
         "num_layers": info["num_layers"],
         "hidden_size": width,
-        "sentences": n,
+        "sentences": int(len(np.unique(prepared.sentence_ids))),
+        "rows": len(prepared.sentence_ids),
+        "positions_per_sentence": positions,
         "skipped": prepared.skipped,
         "tokens_run": int(sum(len(x) for x in prepared.inputs)),
         "storage_dtype": dtype,

@@ -1,14 +1,16 @@
 """The hidden-state format: one Parquet file per site (a layer's output h_l, or a block part's
-input or output) in a states folder, with one row per sentence: `sentence_id`, the drawn
-`position` and the d-dimensional `state` (a fixed-size list of float32 or float16); zstd, page
-checksums and column digests (jtc.files.io). A folder also holds positions.parquet (the tokens
-at each row's position) and info.json (the model's depth and width, the split)."""
+input or output) in a states folder, with one row per (sentence, drawn position):
+`sentence_id`, `position` and the d-dimensional `state` (a fixed-size list of float32 or
+float16), rows in the same order in every file; zstd, page checksums and column digests
+(jtc.files.io). A folder also holds positions.parquet (the tokens at each row's position) and
+info.json (the model's depth and width, the split, the sentences and rows)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +22,11 @@ from jtc.files.io import ColumnDigests, CorruptFileError, parquet_metadata, read
 STATE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
+KEEP_BYTES = 8 << 30  # LayerStates: layers kept in memory, at most this much in all
+
+
 def states_table(sentence_ids: np.ndarray, positions: np.ndarray, states: np.ndarray) -> pa.Table:
-    """One row per sentence: its id, the drawn position, and the d-dimensional state."""
+    """One row per (sentence, position): the sentence's id, the position, and the state."""
     n, d = states.shape
     values = pa.array(np.ascontiguousarray(states).reshape(-1))
     return pa.table(
@@ -147,3 +152,45 @@ def read_positions(states_dir: str | os.PathLike) -> tuple[pa.Table, dict[str, A
             f"{stamps.rebuild_hint(states_dir)}"
         )
     return positions, info
+
+
+class LayerStates(Sequence[np.ndarray]):
+    """The states h_0..h_L of a states folder as a sequence of (rows, d) arrays, each layer
+    read when first asked for (its rows checked against layer 0's) and kept while the layers
+    kept add up to at most `keep_bytes` (default KEEP_BYTES); a layer beyond is read again at each use. A job that
+    reads every layer therefore holds a bounded amount whatever the number of rows: all of
+    them, read once, for the usual sizes. `sentence_ids` gives each row's sentence."""
+
+    def __init__(
+        self, states_dir: str | os.PathLike, dtype: type = np.float32, keep_bytes: int | None = None
+    ):
+        self.states_dir = states_dir
+        self.dtype = dtype
+        self.keep_bytes = KEEP_BYTES if keep_bytes is None else keep_bytes
+        self.layers = read_json(Path(states_dir) / "info.json")["num_layers"] + 1
+        self.sentence_ids, first = read_states(states_dir, 0, dtype)
+        self.kept: dict[int, np.ndarray] = {}
+        self._keep(0, first)
+
+    def _keep(self, layer: int, states: np.ndarray) -> None:
+        if sum(a.nbytes for a in self.kept.values()) + states.nbytes <= self.keep_bytes:
+            self.kept[layer] = states
+
+    def __len__(self) -> int:
+        return self.layers
+
+    @overload
+    def __getitem__(self, layer: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, layer: slice) -> list[np.ndarray]: ...
+
+    def __getitem__(self, layer):
+        if isinstance(layer, slice):
+            return [self[i] for i in range(*layer.indices(self.layers))]
+        layer = range(self.layers)[layer]  # negative indices; IndexError beyond the last
+        if layer in self.kept:
+            return self.kept[layer]
+        states = read_aligned(self.states_dir, layer, self.sentence_ids, self.dtype)
+        self._keep(layer, states)
+        return states

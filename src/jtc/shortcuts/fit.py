@@ -11,7 +11,7 @@ decoder head, is jtc.shortcuts.lens (it shares `map_metadata` and `train_pairs`)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,31 +23,38 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def map_metadata(states: list[np.ndarray], model: str, corpus: str, method: str) -> dict:
-    """A method's map file metadata: what was fitted, on how many sentences (`n_train`) and on
-    how many training rows (`training_rows`, read by jtc.shortcuts.underdetermined: the
-    sentences, or for a map trained on the pooled pairs of every layer, sentences × layers).
-    Warns (logger "jtc") when the rows are fewer than the width of the states, the inputs of one
+def map_metadata(
+    states: Sequence[np.ndarray],
+    model: str,
+    corpus: str,
+    method: str,
+    groups: np.ndarray | None = None,
+) -> dict:
+    """A method's map file metadata: what was fitted, on how many sentences (`n_train`: the
+    distinct `groups`, each row's sentence; the rows where not given) and on how many training
+    rows (`training_rows`, read by jtc.shortcuts.underdetermined: a row per sentence and drawn
+    position, or for a map trained on the pooled pairs of every layer, those × layers). Warns
+    (logger "jtc") when the rows are fewer than the width of the states, the inputs of one
     output coordinate."""
     from jtc.shortcuts.methods import METHODS
     from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_if_underdetermined
 
-    sentences, width = states[0].shape
+    n, width = states[0].shape
     pooled = len(states) - 1 if METHODS[method].one_map == "pooled" else 1
-    rows = sentences * pooled
+    rows = n * pooled
     warn_if_underdetermined(model, corpus, method, rows, width)
     return {
         "method": method,
         "model": model,
         "corpus": corpus,
-        "n_train": sentences,
+        "n_train": n if groups is None else len(np.unique(groups)),
         TRAINING_ROWS: rows,
     }
 
 
 def fit_method(
     method: str,
-    states: list[np.ndarray],
+    states: Sequence[np.ndarray],
     out: str | Path,
     *,
     settings: dict,
@@ -55,23 +62,30 @@ def fit_method(
     threads: int,
     model: str,
     corpus: str,
+    groups: np.ndarray | None = None,
 ) -> None:
     """Fit `method`'s maps (config training.<method>: `settings`) from the training states
-    h_0..h_L of every layer (`states`, rows aligned) and write them to the map file `out`: mat
-    and rrr in closed form, the others trained by gradient descent from `seed` (each layer
-    pair from its own, jtc.shortcuts.train.pair_seed). `model` and `corpus` name the maps in
-    the file's metadata."""
+    h_0..h_L of every layer (`states`, rows aligned: a list, or jtc.data.states.LayerStates)
+    and write them to the map file `out`: mat and rrr in closed form, the others trained by
+    gradient descent from `seed` (each layer pair from its own, jtc.shortcuts.train.pair_seed;
+    `groups`, each row's sentence, keeps a sentence's rows together in the held-out share).
+    `model` and `corpus` name the maps in the file's metadata."""
     from jtc.shortcuts.methods import METHODS
 
-    meta = map_metadata(states, model, corpus, method)
+    meta = map_metadata(states, model, corpus, method, groups)
     if METHODS[method].trained:
-        _trained(method, states, out, meta, settings, seed, threads)
+        _trained(method, states, out, meta, settings, seed, threads, groups)
     else:
         _closed_form(method, states, out, meta, settings, threads)
 
 
 def _closed_form(
-    method: str, states: list, out: str | Path, meta: dict, settings: dict, threads: int
+    method: str,
+    states: Sequence[np.ndarray],
+    out: str | Path,
+    meta: dict,
+    settings: dict,
+    threads: int,
 ) -> None:
     """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
     in the metric of the source states, into the layers NJTC fits."""
@@ -104,12 +118,13 @@ def _closed_form(
 
 def _trained(
     method: str,
-    states: list,
+    states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
     settings: dict,
     seed: int,
     threads: int,
+    groups: np.ndarray | None,
 ) -> None:
     """NJTC and N-NJTC: a map per layer pair, by MSE; one_jump and one_jump_selected: one map
     into the last layer, used from every layer (_pooled, _selected)."""
@@ -122,10 +137,10 @@ def _trained(
     training = TrainSettings.from_config(settings)
     meta.update(seed=seed, settings=settings)
     if METHODS[method].one_map == "pooled":
-        _pooled(method, states, out, meta, settings, training, seed)
+        _pooled(method, states, out, meta, settings, training, seed, groups)
         return
     if METHODS[method].one_map == "selected":
-        _selected(method, states, out, meta, settings, training, seed)
+        _selected(method, states, out, meta, settings, training, seed, groups)
         return
 
     def train(source: int, target: int, pair: int) -> TrainResult:
@@ -136,6 +151,7 @@ def _trained(
             normalise=method == "nnjtc",
             settings=training,
             seed=pair,
+            groups=groups,
         )
 
     train_pairs(method, len(states) - 1, out, meta, settings.get("targets", "last"), seed, train)
@@ -185,12 +201,13 @@ def train_pairs(
 
 def _pooled(
     method: str,
-    states: list,
+    states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
     settings: dict,
     training: TrainSettings,
     seed: int,
+    groups: np.ndarray | None,
 ) -> None:
     """One map trained on the pooled pairs (h_l, h_L) of every layer l < L (one_jump), stored
     as every layer's map into the last."""
@@ -208,6 +225,7 @@ def _pooled(
         normalise=True,
         settings=training,
         seed=pair_seed(seed, method, 0, last),
+        groups=None if groups is None else np.tile(groups, last),
     )
     log.info("%s, every layer -> %d: %s, %.2f s", method, last, result.summary(), result.seconds)
     with MapWriter(out, meta) as maps:
@@ -218,12 +236,13 @@ def _pooled(
 
 def _selected(
     method: str,
-    states: list,
+    states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
     settings: dict,
     training: TrainSettings,
     seed: int,
+    groups: np.ndarray | None,
 ) -> None:
     """One of the per-layer N-NJTC maps into the last layer (each trained from N-NJTC's seed
     for its pair: with N-NJTC's settings, they are N-NJTC's maps), chosen by
@@ -245,6 +264,7 @@ def _selected(
             normalise=True,
             settings=training,
             seed=pair_seed(seed, "nnjtc", source, last),
+            groups=groups,
         )
         candidates[source] = result.tensors
         summaries[f"{source}->{last}"] = result.summary()

@@ -11,6 +11,7 @@ TrainSettings.warm_start false from the identity (W = 0, b = 0, the logit lens).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -82,10 +83,12 @@ def train_tuned_lens(
     settings: TrainSettings,
     seed: int,
     reference: Reference | None = None,
+    groups: np.ndarray | None = None,
 ) -> TrainResult:
     """The translator from states x (n, d) to the last layer, trained by KL to the final
     prediction D(h_L) at the same positions (final_states: h_L); on the head's device.
-    `reference`: lens_reference(head, final_states), when the caller has it already."""
+    `reference`: lens_reference(head, final_states), when the caller has it already; `groups`:
+    each row's sentence, for the held-out share (jtc.shortcuts.train.train_module)."""
     for param in [*(head.transform.parameters() if head.transform else []), head.weight]:
         param.requires_grad_(False)
     if reference is None:
@@ -102,14 +105,14 @@ def train_tuned_lens(
         module.start_at(x[rows], final_states[rows])
 
     start = start_at if settings.warm_start else None
-    result = train_module(module, loss_of, len(x), settings, generator, start)
+    result = train_module(module, loss_of, len(x), settings, generator, start, groups)
     result.tensors = module.tensors()
     return result
 
 
 def fit_tuned_lens(
     method: str,
-    states: list[np.ndarray],
+    states: Sequence[np.ndarray],
     out: str | Path,
     head: Head,
     *,
@@ -118,13 +121,14 @@ def fit_tuned_lens(
     threads: int,
     model: str,
     corpus: str,
+    groups: np.ndarray | None = None,
 ) -> None:
     """Train `method` (the tuned lens; config training.<method>: `settings`) from the training
     states h_0..h_L of every layer (`states`, rows aligned) through `head`, into the layers its
     settings ask for (the last), each pair from its own seed, and write the maps to `out` (as
-    jtc.shortcuts.fit.fit_method does); on the head's device. The final prediction is decoded
-    once for every source layer."""
-    meta = map_metadata(states, model, corpus, method)
+    jtc.shortcuts.fit.fit_method does, `groups` likewise); on the head's device. The final
+    prediction is decoded once for every source layer."""
+    meta = map_metadata(states, model, corpus, method, groups)
     torch.set_num_threads(threads)
     training = TrainSettings.from_config(settings)
     last = len(states) - 1
@@ -134,7 +138,13 @@ def fit_tuned_lens(
     def train(source: int, target: int, pair: int) -> TrainResult:
         # the final prediction is read from the last layer
         return train_tuned_lens(
-            states[source], head, states[target], settings=training, seed=pair, reference=reference
+            states[source],
+            head,
+            states[target],
+            settings=training,
+            seed=pair,
+            reference=reference,
+            groups=groups,
         )
 
     train_pairs(method, last, out, meta, settings.get("targets", "last"), seed, train)

@@ -106,8 +106,15 @@ def fit_part_maps(
     from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_underdetermined_parts
 
     info = read_json(Path(train_dir) / "info.json")
-    rows = info["sentences"]  # one row (position) per sentence, in every part's files
-    meta = {"method": "mat", "model": model, "corpus": corpus, "n_train": rows, TRAINING_ROWS: rows}
+    sentences = info["sentences"]
+    rows = info.get("rows", sentences)  # a row per (sentence, position), in every part's files
+    meta = {
+        "method": "mat",
+        "model": model,
+        "corpus": corpus,
+        "n_train": sentences,
+        TRAINING_ROWS: rows,
+    }
     solvers = {}
     widths: dict[str, int] = {}  # part -> its input width (the widest over the blocks)
     with PartMapWriter(out, meta) as maps, threadpool_limits(threads):

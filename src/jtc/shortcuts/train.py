@@ -201,6 +201,34 @@ def _optimizer(module: nn.Module, settings: TrainSettings) -> torch.optim.Optimi
     return torch.optim.Adam(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
 
 
+def held_out_rows(
+    n: int, fraction: float, generator: torch.Generator, groups: np.ndarray | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(held-out rows, rows trained on) of rows 0..n-1: a seeded `fraction` of them (at least
+    one held out, at least two trained on, when the fraction is above 0). With `groups` (each
+    row's sentence) where a sentence has several rows, the share is drawn over the sentences and
+    a sentence's rows stay together: rows of one sentence are correlated, and early stopping on
+    rows whose sentence was trained on would reward memorising it."""
+
+    def count(total: int) -> int:
+        return max(0, min(total - 2, max(1, round(total * fraction)))) if fraction > 0 else 0
+
+    unique, group_of = (None, None) if groups is None else np.unique(groups, return_inverse=True)
+    if unique is None or len(unique) == n:
+        order = torch.randperm(n, generator=generator)
+        n_hold = count(n)
+        holdout, train_rows = order[:n_hold], order[n_hold:]
+    else:
+        order = torch.randperm(len(unique), generator=generator).numpy()
+        held = np.zeros(len(unique), dtype=bool)
+        held[order[: count(len(unique))]] = True
+        holdout = torch.from_numpy(np.flatnonzero(held[group_of]))
+        train_rows = torch.from_numpy(np.flatnonzero(~held[group_of]))
+    if len(train_rows) < 2:
+        raise ValueError(f"{n} training rows are too few to train on (need at least 2)")
+    return holdout, train_rows
+
+
 def train_module(
     module: nn.Module,
     loss_of: Callable[[nn.Module, torch.Tensor], torch.Tensor],
@@ -208,19 +236,16 @@ def train_module(
     settings: TrainSettings,
     generator: torch.Generator,
     start_at: Callable[[np.ndarray], None] | None = None,
+    groups: np.ndarray | None = None,
 ) -> TrainResult:
     """Minibatch training of `module` on rows 0..n-1; `loss_of(module, rows)` is the mean loss
-    over those rows. A seeded share of the rows is held out for early stopping. `start_at`, if
-    given, sets the module's starting point from the rows trained on (sorted row numbers)
-    before the held-out loss of that start is measured (epoch 0)."""
+    over those rows. A seeded share of the rows (of the sentences, with `groups`: each row's
+    sentence; held_out_rows) is held out for early stopping. `start_at`, if given, sets the
+    module's starting point from the rows trained on (sorted row numbers) before the held-out
+    loss of that start is measured (epoch 0)."""
     start = time.perf_counter()
-    order = torch.randperm(n, generator=generator)
-    n_hold = 0
-    if settings.holdout_fraction > 0:  # at least one row held out, at least two trained on
-        n_hold = min(n - 2, max(1, round(n * settings.holdout_fraction)))
-    if n - n_hold < 2:
-        raise ValueError(f"{n} training rows are too few to train on (need at least 2)")
-    holdout, train_rows = order[:n_hold], order[n_hold:]
+    holdout, train_rows = held_out_rows(n, settings.holdout_fraction, generator, groups)
+    n_hold = len(holdout)
     if start_at is not None:
         start_at(np.sort(train_rows.numpy()))
     start_seconds = time.perf_counter() - start
@@ -291,9 +316,11 @@ def train_low_rank(
     settings: TrainSettings,
     seed: int,
     device: str | torch.device | None = None,
+    groups: np.ndarray | None = None,
 ) -> TrainResult:
     """NJTC (normalise False) or N-NJTC (True) from states x (n, d) to y (n, d), by MSE, from
-    the closed-form start of the module docstring (or torch's random one: warm_start false)."""
+    the closed-form start of the module docstring (or torch's random one: warm_start false);
+    `groups`: each row's sentence, for the held-out share (train_module)."""
     device = job_device() if device is None else torch.device(device)
     generator = torch.Generator().manual_seed(seed)
     module = LowRankMap(x.shape[1], rank, normalise, generator).to(device)
@@ -307,6 +334,6 @@ def train_low_rank(
         module.start_at(x[rows], y[rows])
 
     start = start_at if settings.warm_start else None
-    result = train_module(module, loss_of, len(x), settings, generator, start)
+    result = train_module(module, loss_of, len(x), settings, generator, start, groups)
     result.tensors = module.tensors()
     return result

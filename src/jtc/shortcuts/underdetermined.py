@@ -45,7 +45,9 @@ def message(model: str, corpus: str, method: str, rows: int, width: int) -> str:
         f"{width} of the states it maps from (the inputs of one output coordinate): the fit is "
         f"underdetermined (a low-rank or trained map sees the same {rows} rows in {width} "
         "dimensions), it can reproduce its training rows and its held-out r² is dominated by "
-        f"overfitting; set sizes.train to at least {width} (well above it for stable maps)"
+        f"overfitting; raise the training rows to at least {width} (well above it for stable "
+        "maps): sizes.train (sentences), or positions_per_sentence (rows per sentence, up to "
+        "all)"
     )
 
 

@@ -3,19 +3,6 @@
 from __future__ import annotations
 
 
-def _all_layers(train_dir: str) -> list:
-    """The training states of every layer 0..L as float32, rows aligned with layer 0's."""
-    import numpy as np
-
-    from jtc.data.states import read_aligned, read_states
-    from jtc.files.io import read_json
-
-    last = read_json(f"{train_dir}/info.json")["num_layers"]
-    ids, first = read_states(train_dir, 0, np.float32)
-    rest = [read_aligned(train_dir, layer, ids, np.float32) for layer in range(1, last + 1)]
-    return [first, *rest]
-
-
 def fit_map(
     train_dir: str,
     outs: dict[str, str],
@@ -27,13 +14,15 @@ def fit_map(
     threads: int,
 ) -> None:
     """The maps of every method fitted from the training states alone (outs: method -> file),
-    from every source layer, the states read once (jtc.shortcuts.fit.fit_method: mat and rrr
-    in closed form, NJTC, N-NJTC and the one-map methods by gradient descent). On the GPU when
-    the job has one; torch is imported only when a trained method is asked for."""
+    from every source layer (jtc.shortcuts.fit.fit_method: mat and rrr in closed form, NJTC,
+    N-NJTC and the one-map methods by gradient descent), the states read once up to a bound
+    (jtc.data.states.LayerStates). On the GPU when the job has one; torch is imported only
+    when a trained method is asked for."""
+    from jtc.data.states import LayerStates
     from jtc.logs import ready
     from jtc.shortcuts.fit import fit_method
 
-    states = _all_layers(train_dir)
+    states = LayerStates(train_dir)
     ready()
     for method, out in outs.items():
         fit_method(
@@ -45,6 +34,7 @@ def fit_map(
             threads=threads,
             model=model,
             corpus=corpus,
+            groups=states.sentence_ids,
         )
 
 
@@ -63,11 +53,12 @@ def train_map(
     """A method trained through the cached model's decoder head (the tuned lens,
     jtc.shortcuts.lens): its maps from every source layer into the last, on a GPU if the job
     has one."""
+    from jtc.data.states import LayerStates
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
     from jtc.shortcuts.lens import fit_tuned_lens
 
-    states = _all_layers(train_dir)
+    states = LayerStates(train_dir)
     head = load_decoder_head(model_dir, model, threads)
     ready()
     fit_tuned_lens(
@@ -80,4 +71,5 @@ def train_map(
         threads=threads,
         model=model,
         corpus=corpus,
+        groups=states.sentence_ids,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 def extract_hidden(model_dir: str, sentences: str, out: str, **options) -> None:
-    """The states h_0..h_L at one drawn position per sentence of a split, one Parquet file per
+    """The states h_0..h_L at the drawn positions of each sentence of a split, one Parquet file per
     layer, with positions.parquet and info.json (`options`: those of record_split)."""
     record_split(model_dir, sentences, out, parts=False, **options)
 
@@ -21,6 +21,7 @@ def record_split(
     split: str,
     parts: bool,
     n: int,
+    positions: int | str = 1,
     seed: int,
     batch_size: int,
     max_tokens: int,
@@ -29,10 +30,11 @@ def record_split(
     device_map: str | None = None,
 ) -> None:
     """Run the cached model over the first `n` sentences of `split` of a sentence table and
-    write the states at one drawn position per sentence (jtc.data.extract.extract: every
-    layer's, or with `parts` the input and output of every block part) into the folder `out`,
-    written whole or not at all. `seed`, `batch_size`, `max_tokens` and `dtype` are the
-    workflow's sampling settings; `device_map` is models.NAME.device_map."""
+    write the states at `positions` drawn positions per sentence (an integer or "all";
+    jtc.data.extract.extract: every layer's, or with `parts` the input and output of every
+    block part) into the folder `out`, written whole or not at all. `seed`, `batch_size`,
+    `max_tokens` and `dtype` are the workflow's sampling settings; `device_map` is
+    models.NAME.device_map."""
     from jtc.data.corpus import select_split
     from jtc.data.extract import extract
     from jtc.files.io import atomic_dir, read_table
@@ -55,4 +57,5 @@ def record_split(
             dtype=dtype,
             meta={"model": model, "corpus": corpus, "split": split},
             parts=parts,
+            positions=positions,
         )

@@ -204,11 +204,22 @@ def _required(err: jsonschema.exceptions.ValidationError) -> list[str]:
     return [f"config key '{_key([*err.absolute_path, name])}' is required{why}" for name in missing]
 
 
+def _choice(schema: dict[str, Any]) -> str:
+    """One alternative of an anyOf, in words: "an integer >= 1", "'all'"."""
+    if "enum" in schema:
+        return " or ".join(repr(v) for v in schema["enum"])
+    bound = f" >= {schema['minimum']}" if "minimum" in schema else ""
+    return f"{'an' if schema.get('type') == 'integer' else 'a'} {schema.get('type')}{bound}"
+
+
 def _describe(err: jsonschema.exceptions.ValidationError) -> list[str]:
     if err.validator == "additionalProperties" and err.validator_value is False:
         return _unexpected(err) or [f"config key '{_key(err.absolute_path)}': {err.message}"]
     if err.validator == "required":
         return _required(err)
+    if err.validator == "anyOf":
+        choices = " or ".join(_choice(c) for c in err.validator_value)
+        return [f"config key '{_key(err.absolute_path)}': {err.instance!r} is not {choices}"]
     return [f"config key '{_key(err.absolute_path)}': {err.message}"]
 
 
