@@ -223,7 +223,7 @@ scale_run() { # NAME TRAIN VALIDATION JUMPS
     fi
     local args=(
         --model-dir "$STATE/models/$name" --workdir "$STATE/scale/$name"
-        --text "$STATE/carry/news.txt" --name "$name"
+        --text "$STATE/carry/news.txt"
         --train "${JTC_TRAIN:-$2}" --validation "${JTC_VALIDATION:-$3}"
         --max-tokens "${JTC_MAX_TOKENS:-128}"
         --methods "${JTC_METHODS:-id,mat,njtc,nnjtc,tuned_lens}" --dtype bfloat16
