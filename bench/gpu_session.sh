@@ -44,9 +44,9 @@ for arg in "$@"; do
     esac
 done
 case $STEP in
-    tests) DEFAULT_BUDGET=240 ;;
-    1.7b) DEFAULT_BUDGET=300 ;;
-    7b) DEFAULT_BUDGET=360 ;;
+    tests) DEFAULT_BUDGET=180 ;;
+    1.7b) DEFAULT_BUDGET=270 ;;
+    7b) DEFAULT_BUDGET=330 ;;
     *) usage ;;
 esac
 BUDGET=${SECONDS_GIVEN:-$DEFAULT_BUDGET}
@@ -214,7 +214,7 @@ pack() { # NAME: the run's small outputs into $OUT_DIR/NAME-results.tar.gz
     du -sh "$OUT_DIR"/* | sed 's/^/  /'
 }
 
-scale_run() { # NAME TRAIN VALIDATION JUMPS
+scale_run() { # NAME TRAIN VALIDATION JUMPS METHODS
     local name=$1 budget pid status
     budget=$(($(left) - RESERVE))
     if ((budget < 30)); then
@@ -226,7 +226,7 @@ scale_run() { # NAME TRAIN VALIDATION JUMPS
         --text "$STATE/carry/news.txt"
         --train "${JTC_TRAIN:-$2}" --validation "${JTC_VALIDATION:-$3}"
         --max-tokens "${JTC_MAX_TOKENS:-128}"
-        --methods "${JTC_METHODS:-id,mat,njtc,nnjtc,tuned_lens}" --dtype bfloat16
+        --methods "${JTC_METHODS:-$5}" --dtype bfloat16
         --submodule-jumps "${JTC_JUMPS:-$4}" --cores "${JTC_CORES:-$CORES}"
         --threads "${JTC_THREADS:-$THREADS}" --json "$OUT_DIR/$name.json"
     )
@@ -260,10 +260,10 @@ free_disk_for_7b() {
 
 if [[ $REHEARSE == 1 ]]; then
     SHAPE_17B=tiny SHAPE_7B=tiny CORES=2 THREADS=1
-    SIZES_17B=(300 100 0) SIZES_7B=(300 100 2)
+    SIZES_17B=(300 100) SIZES_7B=(300 100)
 else
     SHAPE_17B=smollm2-1.7b SHAPE_7B=llama-2-7b CORES=16 THREADS=2
-    SIZES_17B=(9000 3000 0) SIZES_7B=(4000 1000 4)
+    SIZES_17B=(9000 3000) SIZES_7B=(4500 1500)
 fi
 
 log "start: budget ${BUDGET}s, state $STATE, results $OUT_DIR, carry $CARRY"
@@ -279,12 +279,12 @@ case $STEP in
         ;;
     1.7b)
         make_model "$SHAPE_17B" smollm2-1.7b || exit 1
-        scale_run smollm2-1.7b "${SIZES_17B[@]}" || status=1
+        scale_run smollm2-1.7b "${SIZES_17B[@]}" 0 id,mat,njtc,nnjtc,tuned_lens || status=1
         ;;
     7b)
         free_disk_for_7b
         make_model "$SHAPE_7B" llama-2-7b || exit 1
-        scale_run llama-2-7b "${SIZES_7B[@]}" || status=1
+        scale_run llama-2-7b "${SIZES_7B[@]}" 2 id,mat,tuned_lens || status=1
         ;;
 esac
 log "done: exit $status"
