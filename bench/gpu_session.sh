@@ -52,7 +52,7 @@ esac
 BUDGET=${SECONDS_GIVEN:-$DEFAULT_BUDGET}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
-RESERVE=40 # seconds kept at the end of a run step for the report and the results archive
+RESERVE=60 # seconds kept at the end of a run step: Snakemake interrupted, the report, the archive
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO" || exit 1
