@@ -52,7 +52,8 @@ esac
 BUDGET=${SECONDS_GIVEN:-$DEFAULT_BUDGET}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
-RESERVE=60 # seconds kept at the end of a run step: Snakemake interrupted, the report, the archive
+RESERVE=60 # seconds kept at the end of a run step: Snakemake stopped, the report, the archive
+GRACE=${JTC_GPU_GRACE:-12} # seconds between the signals that stop a run (stop_run)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO" || exit 1
@@ -191,18 +192,31 @@ make_model() { # SHAPE NAME: the model folder $STATE/models/NAME, made once
     touch "$folder/.complete"
 }
 
-stop_run() { # PID: interrupt bench_scale.py's Snakemake, then whatever is left
-    local pid=$1 snake
-    snake=$(pgrep -P "$pid" -f snakemake | head -1)
-    log "deadline: interrupting Snakemake (${snake:-none}); finished jobs are kept"
-    [[ -n $snake ]] && kill -INT "$snake"
-    for signal in TERM KILL; do
-        for _ in $(seq 20); do
-            kill -0 "$pid" 2>/dev/null || return 0
-            sleep 1
-        done
-        [[ -n $snake ]] && kill "-$signal" "$snake" 2>/dev/null
+running_for() { # PID SECONDS: whether PID still runs after up to SECONDS
+    local _
+    for _ in $(seq "$2"); do
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 1
     done
+    kill -0 "$1" 2>/dev/null
+}
+
+stop_run() { # PID: bench_scale.py, leading its own process group (setsid)
+    local pid=$1 group snake signal job
+    group=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    snake=$(pgrep -g "$group" -f -- "-m snakemake" | head -1)
+    log "deadline: stopping Snakemake (${snake:-not found}); finished jobs are kept"
+    # INT: Snakemake starts no new job and waits for its running ones; TERM, KILL: it is ended
+    for signal in INT TERM KILL; do
+        [[ -n $snake ]] && kill "-$signal" "$snake" 2>/dev/null
+        running_for "$pid" "$GRACE" || return 0
+    done
+    # jobs still running hold Snakemake's output: end them, and bench_scale.py writes its report
+    log "ending the jobs still running"
+    for job in $(pgrep -g "$group"); do
+        [[ $job != "$pid" ]] && kill -KILL "$job" 2>/dev/null
+    done
+    running_for "$pid" "$GRACE" && kill -KILL "$pid"
 }
 
 pack() { # NAME: the run's small outputs into $OUT_DIR/NAME-results.tar.gz
@@ -231,7 +245,7 @@ scale_run() { # NAME TRAIN VALIDATION JUMPS METHODS
         --threads "${JTC_THREADS:-$THREADS}" --json "$OUT_DIR/$name.json"
     )
     log "bench_scale.py ${args[*]} (stopped after ${budget}s)"
-    "$PY" bench/bench_scale.py "${args[@]}" &
+    setsid "$PY" bench/bench_scale.py "${args[@]}" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && (($(left) > RESERVE)); do
         sleep 2
