@@ -146,7 +146,7 @@ describe() {
     {
         echo "step $STEP, rehearsal $REHEARSE, device $DEVICE, budget ${BUDGET}s, $(date -u)"
         echo "repository: $REPO ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo 'no git'))"
-        echo "cores $(nproc); $(free -g | awk '/Mem:/ {print $2 " GiB memory"}')"
+        echo "cores $(nproc); $(awk '/MemTotal/ {printf "%.0f GiB memory", $2 / 1048576}' /proc/meminfo)"
         df -h "$STATE" | tail -1
         nvidia-smi 2>&1 | head -20 || echo "no nvidia-smi"
         "$PY" - <<'EOF'
@@ -201,20 +201,32 @@ running_for() { # PID SECONDS: whether PID still runs after up to SECONDS
     kill -0 "$1" 2>/dev/null
 }
 
-stop_run() { # PID: bench_scale.py, leading its own process group (setsid)
-    local pid=$1 group snake signal job
-    group=$(ps -o pgid= -p "$pid" | tr -d ' ')
-    snake=$(pgrep -g "$group" -f -- "-m snakemake" | head -1)
+processes() { # "pid ppid pgrp" of every process, from /proc (no procps needed)
+    local stat line ppid pgrp
+    for stat in /proc/[0-9]*/stat; do
+        line=$(cat "$stat" 2>/dev/null) || continue
+        read -r _ ppid pgrp _ <<<"${line##*) }" # after the command name: state, ppid, pgrp
+        echo "$(basename "$(dirname "$stat")") $ppid $pgrp"
+    done
+}
+
+stop_run() { # PID: bench_scale.py (with setsid, the leader of its own process group)
+    local pid=$1 snake="" signal child
+    for child in $(processes | awk -v p="$pid" '$2 == p {print $1}'); do
+        tr '\0' ' ' <"/proc/$child/cmdline" 2>/dev/null | grep -q -- "-m snakemake" &&
+            snake=$child
+    done
     log "deadline: stopping Snakemake (${snake:-not found}); finished jobs are kept"
     # INT: Snakemake starts no new job and waits for its running ones; TERM, KILL: it is ended
     for signal in INT TERM KILL; do
         [[ -n $snake ]] && kill "-$signal" "$snake" 2>/dev/null
         running_for "$pid" "$GRACE" || return 0
     done
-    # jobs still running hold Snakemake's output: end them, and bench_scale.py writes its report
+    # jobs still running hold Snakemake's output: end them (the processes of bench_scale.py's
+    # group), and bench_scale.py writes its report
     log "ending the jobs still running"
-    for job in $(pgrep -g "$group"); do
-        [[ $job != "$pid" ]] && kill -KILL "$job" 2>/dev/null
+    for child in $(processes | awk -v p="$pid" '$3 == p && $1 != p {print $1}'); do
+        kill -KILL "$child" 2>/dev/null
     done
     running_for "$pid" "$GRACE" && kill -KILL "$pid"
 }
@@ -245,7 +257,8 @@ scale_run() { # NAME TRAIN VALIDATION JUMPS METHODS
         --threads "${JTC_THREADS:-$THREADS}" --json "$OUT_DIR/$name.json"
     )
     log "bench_scale.py ${args[*]} (stopped after ${budget}s)"
-    setsid "$PY" bench/bench_scale.py "${args[@]}" &
+    # its own process group, so that jobs left running can be found (setsid: util-linux)
+    $(command -v setsid) "$PY" bench/bench_scale.py "${args[@]}" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && (($(left) > RESERVE)); do
         sleep 2
