@@ -3,29 +3,30 @@
 # step, each a short command run from the repository root of a fresh copy of the working tree,
 # with the folder made by bench/gpu_carry.sh carried along (carry/, 36 MiB):
 #
-#   bash bench/gpu_session.sh tests   the carried wheels installed to /tmp/jtc-gpu/site, the CUDA
-#                                     tests, and SmolLM2-1.7B's shape made (bfloat16, on the GPU)
-#   bash bench/gpu_session.sh 1.7b    the 1.7B paper-size run (bench_scale.py)
-#   bash bench/gpu_session.sh 7b      the 7B run (Llama-2-7B's shape, sub-modules at 4 jumps)
+#   bash bench/gpu_session.sh tests [SECONDS]  the carried wheels installed to /tmp/jtc-gpu/site,
+#                                              the CUDA tests, SmolLM2-1.7B's shape made
+#   bash bench/gpu_session.sh 1.7b [SECONDS]   the 1.7B paper-size run (bench_scale.py)
+#   bash bench/gpu_session.sh 7b [SECONDS]     Llama-2-7B's shape made, and its run
 #
 # Everything a later step needs lives under /tmp/jtc-gpu (the repository copy is laid anew each
-# call); a step that finds it missing (a fresh machine) makes it first, so any step can run
-# first. What comes back is written under ${OUT:-/tmp/out}/STEP: the step's log, the machine's
+# call); a step makes what it finds missing (a fresh machine) first, so any step can run first.
+# What comes back is written under ${OUT:-/tmp/out}/STEP: the step's log, the machine's
 # description, pytest's JUnit XML, bench_scale.py's JSON, and a .tar.gz of the run's config,
 # Snakemake log, job logs, benchmark files and metrics tables.
 #
-# Each step stops by its deadline (the step's seconds, second argument; defaults below, all
-# under a device call's 10 minutes): the run is interrupted (SIGINT to Snakemake, which ends its
-# jobs) early enough to write the report and pack the results; finished jobs are kept, and the
-# same step run again (same machine) runs only what is left.
+# A step ends by SECONDS (defaults below: 180, 300, 330; a device call's limit is 600): 60 s
+# before, a run's Snakemake is stopped (SIGINT, SIGTERM, SIGKILL, GRACE seconds apart, then
+# the jobs left), so that bench_scale.py still writes its report and the results are packed;
+# finished jobs are kept, and the same step run again (same machine) runs only what is left.
 #
 # Settings (environment): JTC_CARRY (default REPO/carry), JTC_GPU_STATE (/tmp/jtc-gpu),
-# JTC_PYTHON (python3), and per run JTC_TRAIN, JTC_VALIDATION, JTC_MAX_TOKENS, JTC_METHODS,
-# JTC_JUMPS (sub-module jump layers, 0: off), JTC_CORES, JTC_THREADS to replace the step's sizes.
-# JTC_GPU_REHEARSE=1 (or --rehearse as the last argument) rehearses the session on a machine
-# without a GPU: the device is the CPU (JTC_TEST_DEVICE=cpu, models made on the CPU, CUDA
-# hidden), both runs use the `tiny` shape and small sizes (300 + 100 sentences, 2 cores);
-# everything else (install, tests, commands, deadlines, results) is the same.
+# JTC_PYTHON (python3), JTC_GPU_GRACE (12), and per run JTC_TRAIN, JTC_VALIDATION,
+# JTC_MAX_TOKENS, JTC_METHODS, JTC_JUMPS (sub-module jump layers, 0: off), JTC_CORES,
+# JTC_THREADS to replace the step's settings.
+# --rehearse (or JTC_GPU_REHEARSE=1) rehearses the session on a machine without a GPU: the
+# device is the CPU (JTC_TEST_DEVICE=cpu, CUDA hidden, models made on the CPU), both runs use
+# the `tiny` shape, 300 + 100 sentences and 2 cores; everything else (install, tests, commands,
+# methods, deadlines, results) is the same.
 set -uo pipefail
 
 usage() {
@@ -45,7 +46,7 @@ for arg in "$@"; do
 done
 case $STEP in
     tests) DEFAULT_BUDGET=180 ;;
-    1.7b) DEFAULT_BUDGET=270 ;;
+    1.7b) DEFAULT_BUDGET=300 ;;
     7b) DEFAULT_BUDGET=330 ;;
     *) usage ;;
 esac
