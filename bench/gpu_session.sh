@@ -14,7 +14,7 @@
 # description, pytest's JUnit XML, bench_scale.py's JSON, and a .tar.gz of the run's config,
 # Snakemake log, job logs, benchmark files and metrics tables.
 #
-# A step ends by SECONDS (defaults below: 180, 300, 330; a device call's limit is 600): 60 s
+# A step ends by SECONDS (defaults below: 210, 300, 330; a device call's limit is 600): 60 s
 # before, a run's Snakemake is stopped (SIGINT, SIGTERM, SIGKILL, GRACE seconds apart, then
 # the jobs left), so that bench_scale.py still writes its report and the results are packed;
 # finished jobs are kept, and the same step run again (same machine) runs only what is left.
@@ -45,7 +45,7 @@ for arg in "$@"; do
     esac
 done
 case $STEP in
-    tests) DEFAULT_BUDGET=180 ;;
+    tests) DEFAULT_BUDGET=210 ;;
     1.7b) DEFAULT_BUDGET=300 ;;
     7b) DEFAULT_BUDGET=330 ;;
     *) usage ;;
@@ -68,6 +68,9 @@ PY=${JTC_PYTHON:-python3}
 OUT_DIR=${OUT:-/tmp/out}/$STEP
 mkdir -p "$OUT_DIR" "$STATE"
 exec > >(tee -a "$OUT_DIR/session.log") 2>&1
+TEE=$!
+# the log complete before the step ends (and $OUT is copied back)
+trap 'exec >&- 2>&-; wait "$TEE" 2>/dev/null' EXIT
 
 if [[ $REHEARSE == 1 ]]; then
     DEVICE=cpu
@@ -171,10 +174,10 @@ EOF
     cat "$OUT_DIR/machine.txt"
 }
 
-run_pytest() { # NAME ARGS...: pytest, stopped 60 s before the deadline
+run_pytest() { # NAME ARGS...: pytest, stopped 40 s before the deadline (the model is made then)
     local name=$1 limit
     shift
-    limit=$(($(left) - 60))
+    limit=$(($(left) - 40))
     ((limit > 10)) || limit=10
     log "pytest $* (stopped after ${limit}s)"
     timeout -s INT -k 10 "$limit" "$PY" -m pytest -q -p no:cacheprovider "$@" \

@@ -37,7 +37,7 @@ def test_readme_device_calls_are_the_scripts_steps_in_order():
     assert all(len(call) <= DEVICE_LIMIT for call in calls)
     steps = re.search(r"^case \$STEP in\n(.*?)^esac", SCRIPT.read_text(), re.M | re.S).group(1)
     assert re.findall(r"^\s+([\w.]+)\) DEFAULT_BUDGET=(\d+)", steps, re.M) == [
-        ("tests", "180"),
+        ("tests", "210"),
         ("1.7b", "300"),
         ("7b", "330"),
     ]
