@@ -171,7 +171,7 @@ def token_states(model, ids: list[np.ndarray], ordinary: list, layers: list[int]
 def first_rows(train_dir, positions: pa.Table, layer: int, n: int) -> np.ndarray:
     """The first n rows of a layer's stored training states (float32)."""
     ids = positions.column("sentence_id").to_numpy()
-    return read_aligned(train_dir, layer, ids, np.float32)[:n]
+    return np.array(read_aligned(train_dir, layer, ids, np.float32)[:n])  # writable
 
 
 def check_against_jtc(states, final, first, positions, train_dir, rows, layers, last) -> float:
@@ -449,7 +449,8 @@ def main() -> None:
     prepare["states_seconds"] = time.perf_counter() - tick
     del model
 
-    print(f"training the package's lens at layers {layers} ({args.positions} positions)")
+    which = "every token" if args.positions == "all" else "jtc's one position per sentence"
+    print(f"training the package's lens at layers {layers} on {which}")
     training = train_package_lens(lens, states, final, sentence_rows, args)
     per_layer = "  ".join(f"{k}: {v:.0f} s" for k, v in training["seconds_per_layer"].items())
     print(
