@@ -183,17 +183,21 @@ def test_memory_check_sets_each_jobs_peak_beside_its_request(tmp_path):
     _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/train.tsv", "1900")  # 95%
     _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/validation.tsv", "600")  # 60%
     _benchmark(tmp_path / "benchmarks/plot_r2/m/c.tsv", "150")  # asks for nothing: not judged
-    memory = bench_scale.memory_check(blocks, tmp_path, 0.0, {"prediction_examples": 3100.0})
+    sampled = {"prediction_examples": 3100.0, "extract_hidden": 1950.0, "resolve_model": 3000.0}
+    memory = bench_scale.memory_check(blocks, tmp_path, 0.0, sampled)
     assert set(memory) == {"resolve_model", "extract_hidden", "prediction_examples", "fit_parts"}
     hidden = memory["extract_hidden"]
     assert hidden["jobs"] == 2 and hidden["requests_mb"] == [2000, 1000]
     assert hidden["ratios"] == pytest.approx([0.95, 0.6]) and hidden["ok"] is True
-    assert hidden["source"] == "benchmark"
+    assert hidden["sampled_ratio"] == pytest.approx(1950 / 2000)
     assert memory["resolve_model"]["ok"] is False
     examples = memory["prediction_examples"]  # no benchmark file: the sampled peak, over 100%
-    assert examples["source"] == "sampled" and examples["ok"] is False
-    assert examples["ratios"] == pytest.approx([3100 / 3000])
+    assert examples["ratios"] == [] and examples["ok"] is False
+    assert examples["sampled_ratio"] == pytest.approx(3100 / 3000)
     assert memory["fit_parts"]["ok"] is None  # neither a benchmark file nor a sample
+    # a short peak that the benchmark file missed and the high-water mark did not
+    sampled["extract_hidden"] = 2100.0
+    assert bench_scale.memory_check(blocks, tmp_path, 0.0, sampled)["extract_hidden"]["ok"] is False
     # a benchmark file older than the run is not counted
     later = bench_scale.memory_check(blocks, tmp_path, time.time() + 60, {})
     assert later["extract_hidden"]["ratios"] == [] and later["extract_hidden"]["ok"] is None
