@@ -168,21 +168,28 @@ def _data_mb(stage: str, shape: Shape) -> float:
             + 128 * s.vocab * 4 * 4 / 1e6
             + 6 * square_mb
         )
-    elif stage == "r2_table":  # every validation layer, in float64, one prediction, the maps
-        # of every source layer
+    elif stage == "r2_table":  # every validation layer, in float64, one prediction; a source
+        # layer's maps (float32), one of them in float64 and its work array
         need = (
             s.states_mb(s.rows, itemsize=8)
             + 2 * s.rows * s.width * 8 / 1e6
-            + (s.layers + 1) * square_mb / 2
+            + s.layers * square_mb / 2
+            + 2 * square_mb
         )
-    elif stage in ("decode_predictions", "prediction_examples"):
+    elif stage == "prediction_examples":  # a few sentences: the head in float32 and a
+        # method's maps from every layer
+        need = s.head_mb + (s.layers + 1) * square_mb / 2 + 64
+    elif stage == "decode_predictions":
         # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states, and
         # a method's maps from every layer
         need = (
             3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + (s.layers + 1) * square_mb / 2
         )
-    elif stage == "fit_shortlist":  # the head, its float64 copy, the last layer's states
-        need = 3 * s.head_mb + s.rows * s.width * 4 / 1e6 + 64
+    elif stage == "fit_shortlist":  # the head as stored and in float32, its float64 copy, the
+        # last layer's states, and width × width float64 arrays (second moment, its roots, the
+        # head's Gram matrix, their product)
+        stored_head_mb = s.vocab * s.width * s.parameter_bytes / 1e6
+        need = 3 * s.head_mb + stored_head_mb + s.rows * s.width * 4 / 1e6 + 6 * square_mb + 64
     elif stage == "record_parts":  # the model; at most 1 GB of recorded parts at once, and
         # the writers' buffers (at most 512 MB)
         need = s.model_mb + min(parts_mb, 1024) + min(parts_mb, 512)
