@@ -176,15 +176,13 @@ def _data_mb(stage: str, shape: Shape) -> float:
             + s.layers * square_mb / 2
             + 2 * square_mb
         )
-    elif stage == "prediction_examples":  # a few sentences: the head in float32 and a
-        # method's maps from every layer
-        need = s.head_mb + (s.layers + 1) * square_mb / 2 + 64
+    elif stage == "prediction_examples":  # a few sentences: the head in float32 and one map
+        # (read one at a time) with its product
+        need = s.head_mb + square_mb + 64
     elif stage == "decode_predictions":
         # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states, and
-        # a method's maps from every layer
-        need = (
-            3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + (s.layers + 1) * square_mb / 2
-        )
+        # one map (read one at a time) with its product
+        need = 3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + square_mb
     elif stage == "fit_shortlist":  # the head as stored and in float32, its float64 copy, the
         # last layer's states, and width × width float64 arrays (second moment, its roots, the
         # head's Gram matrix, their product)
