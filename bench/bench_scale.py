@@ -13,12 +13,16 @@ from the `s` column of the benchmark files WORKDIR/benchmarks/<rule>/...tsv writ
 GPU utilisation sampled every 0.5 s (mean %, share of samples above 0) and peak GPU memory used,
 from nvidia-smi (skipped with a note where there is none); per rule, the share of the GPU's
 memory the workflow gave its jobs (gpu_memory_percent, an estimate) beside the most GPU memory one
-of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script).
+of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script);
+per rule that asks for memory, its jobs' requests (mem_mb, from Snakemake's "resources:" lines)
+beside the peak RSS they reached (the benchmark files' max_rss, and the high-water mark VmHWM
+sampled every 0.5 s from the jobs' processes), checked against 50-100% of the request.
+--matmul-peak measures this machine's fp32 matmul peak before and after the run.
 --json FILE writes the same as JSON.
 
 Run: python bench/bench_scale.py --model-dir DIR --workdir DIR --text FILE [--dtype bfloat16]
          [--train 9000 --validation 3000] [--methods id,mat,njtc,nnjtc,tuned_lens]
-         [--submodule-jumps 0] [--cores 16] [--json report.json]
+         [--submodule-jumps 0] [--cores 16] [--matmul-peak] [--json report.json]
 """
 
 from __future__ import annotations
