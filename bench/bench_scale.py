@@ -15,8 +15,9 @@ from nvidia-smi (skipped with a note where there is none); per rule, the share o
 memory the workflow gave its jobs (gpu_memory_percent, an estimate) beside the most GPU memory one
 of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script);
 per rule that asks for memory, its jobs' requests (mem_mb, from Snakemake's "resources:" lines)
-beside the peak RSS they reached (the benchmark files' max_rss, and the high-water mark VmHWM
-sampled every 0.5 s from the jobs' processes), checked against 50-100% of the request.
+beside the peak RSS they reached (the larger of the benchmark files' max_rss and the high-water
+mark VmHWM sampled every 0.5 s from the jobs' processes), checked against 50-100% of the rule's
+largest request.
 --matmul-peak measures this machine's fp32 matmul peak before and after the run.
 --json FILE writes the same as JSON.
 
@@ -356,33 +357,35 @@ def memory_check(
     bounds: tuple[float, float] = MEMORY_RANGE,
 ) -> dict[str, dict]:
     """Per rule that asks for memory: its jobs' requests (mem_mb) beside the peak RSS they
-    reached. `ratios`: each job's max_rss (its benchmark file) over its own request. Snakemake
-    samples max_rss now and then and can miss a short peak, so the largest VmHWM sampled from
-    the rule's processes (the kernel's high-water mark; `sampled_mb`) is set beside the rule's
-    largest request too (`sampled_ratio`). `ok`: every ratio within `bounds`, the sampled one
-    at most the upper bound (and within both where the rule writes no benchmark file); None
-    where nothing was measured."""
+    reached. Snakemake samples a job's max_rss (its benchmark file) now and then and can miss
+    a short peak, so the rule's peak (`peak_mb`) is the larger of its jobs' max_rss and the
+    largest VmHWM sampled from its processes (the kernel's high-water mark, `sampled_mb`), set
+    beside its largest request (`ratio`). `ok`: that ratio within `bounds`, and no job's max_rss
+    above its own request (`job_ratios`); None where nothing was measured."""
     rules: dict[str, dict] = {}
     for job in blocks:
         if job["mem_mb"] is None:
             continue
-        entry = rules.setdefault(job["rule"], {"jobs": 0, "requests_mb": [], "peaks_mb": []})
+        entry = rules.setdefault(
+            job["rule"], {"jobs": 0, "requests_mb": [], "max_rss_mb": [], "job_ratios": []}
+        )
         entry["jobs"] += 1
         entry["requests_mb"].append(job["mem_mb"])
         peak = benchmark_max_rss(workdir / job["benchmark"], since) if job["benchmark"] else None
         if peak is not None:
-            entry["peaks_mb"].append(peak)
-            entry.setdefault("ratios", []).append(peak / job["mem_mb"])
+            entry["max_rss_mb"].append(peak)
+            entry["job_ratios"].append(peak / job["mem_mb"])
     for rule, entry in rules.items():
-        ratios = entry.setdefault("ratios", [])
-        sampled = sampled_mb.get(rule)
-        entry["sampled_mb"] = sampled
-        entry["sampled_ratio"] = None if sampled is None else sampled / max(entry["requests_mb"])
-        checks = [bounds[0] <= r <= bounds[1] for r in ratios]
-        if sampled is not None:
-            low = bounds[0] if not ratios else 0.0
-            checks.append(low <= entry["sampled_ratio"] <= bounds[1])
-        entry["ok"] = all(checks) if checks else None
+        entry["sampled_mb"] = sampled_mb.get(rule)
+        peaks = entry["max_rss_mb"] + ([entry["sampled_mb"]] if entry["sampled_mb"] else [])
+        entry["peak_mb"] = max(peaks) if peaks else None
+        if entry["peak_mb"] is None:
+            entry["ratio"] = entry["ok"] = None
+            continue
+        entry["ratio"] = entry["peak_mb"] / max(entry["requests_mb"])
+        entry["ok"] = bounds[0] <= entry["ratio"] <= bounds[1] and all(
+            r <= bounds[1] for r in entry["job_ratios"]
+        )
     return dict(sorted(rules.items()))
 
 
@@ -517,8 +520,8 @@ def _span(values: list[float], digits: int, scale: float = 1.0) -> str:
 
 
 def print_memory(memory: dict[str, dict], bounds: tuple[float, float] = MEMORY_RANGE) -> None:
-    """Per rule that asks for memory: jobs, request (MB), peak RSS (MB: the benchmark files'
-    max_rss and the sampled VmHWM), peak/request, check."""
+    """Per rule that asks for memory: jobs, request (MB), max_rss and VmHWM (MB), the peak over
+    the largest request, check."""
     if not memory:
         print("memory: no job asked for memory (mem_mb)")
         return
@@ -526,27 +529,27 @@ def print_memory(memory: dict[str, dict], bounds: tuple[float, float] = MEMORY_R
     width = max([len(r) for r in memory] + [5])
     print(
         f"{'rule':<{width}}  {'jobs':>5}  {'request MB':>11}  {'max_rss MB':>11}  "
-        f"{'VmHWM MB':>9}  {'peak/request %':>14}  check"
+        f"{'VmHWM MB':>9}  {'peak/request':>12}  check"
     )
     for rule, entry in memory.items():
-        ratios = entry["ratios"] + ([entry["sampled_ratio"]] if entry["sampled_mb"] else [])
         if entry["ok"] is None:
             check = "no peak measured"
         else:
             check = "pass" if entry["ok"] else f"FAIL (outside {low}-{high}%)"
-        if not entry["peaks_mb"]:
+        if not entry["max_rss_mb"] and entry["ok"] is not None:
             check += " (no benchmark file: VmHWM only)"
         sampled = "-" if entry["sampled_mb"] is None else f"{entry['sampled_mb']:.0f}"
+        ratio = "-" if entry["ratio"] is None else f"{entry['ratio'] * 100:.0f}%"
         print(
             f"{rule:<{width}}  {entry['jobs']:>5}  {_span(entry['requests_mb'], 0):>11}  "
-            f"{_span(entry['peaks_mb'], 0):>11}  {sampled:>9}  {_span(ratios, 0, 100):>14}  {check}"
+            f"{_span(entry['max_rss_mb'], 0):>11}  {sampled:>9}  {ratio:>12}  {check}"
         )
     judged = [e for e in memory.values() if e["ok"] is not None]
     print(
-        f"memory requests: {sum(e['ok'] for e in judged)} of {len(judged)} rules with every "
-        f"job's peak RSS within {low}-{high}% of its request (mem_mb). max_rss: the largest of "
-        "the rule's benchmark files (each job's over its own request); VmHWM: the largest "
-        "high-water mark sampled every 0.5 s from the rule's processes (over its largest request)"
+        f"memory requests: {sum(e['ok'] for e in judged)} of {len(judged)} rules whose peak RSS "
+        f"is within {low}-{high}% of their largest request (mem_mb), no job's max_rss above its "
+        "own. max_rss: the rule's benchmark files (Snakemake's samples); VmHWM: the largest "
+        "high-water mark sampled every 0.5 s from the rule's processes; peak: the larger"
     )
 
 

@@ -188,19 +188,23 @@ def test_memory_check_sets_each_jobs_peak_beside_its_request(tmp_path):
     assert set(memory) == {"resolve_model", "extract_hidden", "prediction_examples", "fit_parts"}
     hidden = memory["extract_hidden"]
     assert hidden["jobs"] == 2 and hidden["requests_mb"] == [2000, 1000]
-    assert hidden["ratios"] == pytest.approx([0.95, 0.6]) and hidden["ok"] is True
-    assert hidden["sampled_ratio"] == pytest.approx(1950 / 2000)
-    assert memory["resolve_model"]["ok"] is False
+    assert hidden["job_ratios"] == pytest.approx([0.95, 0.6])
+    assert hidden["peak_mb"] == 1950 and hidden["ratio"] == pytest.approx(1950 / 2000)
+    assert hidden["ok"] is True
+    resolve = memory["resolve_model"]  # the high-water mark is the peak that max_rss missed
+    assert resolve["peak_mb"] == 3000 and resolve["ok"] is False  # 48% of 6300
     examples = memory["prediction_examples"]  # no benchmark file: the sampled peak, over 100%
-    assert examples["ratios"] == [] and examples["ok"] is False
-    assert examples["sampled_ratio"] == pytest.approx(3100 / 3000)
+    assert examples["max_rss_mb"] == [] and examples["ok"] is False
+    assert examples["ratio"] == pytest.approx(3100 / 3000)
     assert memory["fit_parts"]["ok"] is None  # neither a benchmark file nor a sample
-    # a short peak that the benchmark file missed and the high-water mark did not
-    sampled["extract_hidden"] = 2100.0
-    assert bench_scale.memory_check(blocks, tmp_path, 0.0, sampled)["extract_hidden"]["ok"] is False
+    # a job over its own request fails its rule, whatever the rule's largest request
+    _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/validation.tsv", "1100")
+    memory = bench_scale.memory_check(blocks, tmp_path, 0.0, {})
+    assert memory["extract_hidden"]["ratio"] == pytest.approx(0.95)
+    assert memory["extract_hidden"]["ok"] is False
     # a benchmark file older than the run is not counted
     later = bench_scale.memory_check(blocks, tmp_path, time.time() + 60, {})
-    assert later["extract_hidden"]["ratios"] == [] and later["extract_hidden"]["ok"] is None
+    assert later["extract_hidden"]["peak_mb"] is None and later["extract_hidden"]["ok"] is None
 
 
 def test_the_rss_sampler_keeps_each_rules_peak(tmp_path):

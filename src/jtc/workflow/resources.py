@@ -169,12 +169,11 @@ def _data_mb(stage: str, shape: Shape) -> float:
             + 6 * square_mb
         )
     elif stage == "r2_table":  # every validation layer, in float64, one prediction; a source
-        # layer's maps (float32), one of them in float64 and its work array
+        # layer's maps and their float64 work arrays
         need = (
             s.states_mb(s.rows, itemsize=8)
             + 2 * s.rows * s.width * 8 / 1e6
-            + s.layers * square_mb / 2
-            + 2 * square_mb
+            + (s.layers + 2) * square_mb
         )
     elif stage == "prediction_examples":  # a few sentences: the head in float32 and one map
         # (read one at a time) with its product
@@ -193,7 +192,7 @@ def _data_mb(stage: str, shape: Shape) -> float:
         need = s.model_mb + min(parts_mb, 1024) + min(parts_mb, 512)
     elif stage == "fit_parts":  # one part's rows, as a fit_map job's; a block's part maps and
         # the float64 Gram matrix, its factor and a map
-        need = s.rows * s.width * 8 * 4 / 1e6 + part_maps_mb / s.layers + 6 * square_mb + 64
+        need = s.rows * s.width * 8 * 4 / 1e6 + part_maps_mb / s.layers + 7 * square_mb + 64
     elif stage == "replace_parts":  # the model, the head in float32, the part maps, every jump
         # layer's states at every position
         need = s.model_mb + s.head_mb + part_maps_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
