@@ -109,6 +109,14 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     for rule in ("extract_hidden", "fit_map", "r2_table", "decode_predictions"):
         assert report["rules"][rule]["gpu_share_pct"] == 1, rule
     assert report["rules"]["plot_r2"]["gpu_share_pct"] is None  # no GPU
+    # each rule that asks for memory: its requests beside the peak RSS its jobs reached
+    memory = report["memory"]
+    assert {"extract_hidden", "fit_map", "r2_table", "decode_predictions"} <= set(memory)
+    assert "plot_r2" not in memory  # asks for no memory
+    hidden = memory["extract_hidden"]
+    assert hidden["jobs"] == 2 and all(r >= 100 for r in hidden["requests_mb"])
+    assert hidden["peak_mb"] > 50 and hidden["sampled_mb"] > 50 and hidden["ok"] is not None
+    assert "memory requests:" in proc.stdout
     r2 = workdir / paths.metric("r2.parquet").format(model="tiny-model", corpus="text")
     assert r2.is_file() and report["r2_table"] == str(r2)
     assert (

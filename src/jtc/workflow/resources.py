@@ -23,7 +23,7 @@ from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
 # Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that
-# hold next to no data (2-core machine, 2026-11-27): 420-570 MB with torch and transformers
+# hold next to no data (2-core machine, 2026-11-27): 420-670 MB with torch and transformers
 # (resolve_model, extract_hidden, decode_predictions of the tiny BERT), 90-240 MB without torch
 BASE_MB = 500
 TORCH_FREE_BASE_MB = 250
