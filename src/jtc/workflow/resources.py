@@ -191,7 +191,7 @@ def _data_mb(stage: str, shape: Shape) -> float:
         # the writers' buffers (at most 512 MB)
         need = s.model_mb + min(parts_mb, 1024) + min(parts_mb, 512)
     elif stage == "fit_parts":  # one part's rows, as a fit_map job's; a block's part maps and
-        # the float64 Gram matrix, its factor and a map
+        # the float64 Gram matrix, its factor or pseudo-inverse, and a map
         need = s.rows * s.width * 8 * 4 / 1e6 + part_maps_mb / s.layers + 7 * square_mb + 64
     elif stage == "replace_parts":  # the model, the head in float32, the part maps, every jump
         # layer's states at every position
