@@ -13,12 +13,17 @@ from the `s` column of the benchmark files WORKDIR/benchmarks/<rule>/...tsv writ
 GPU utilisation sampled every 0.5 s (mean %, share of samples above 0) and peak GPU memory used,
 from nvidia-smi (skipped with a note where there is none); per rule, the share of the GPU's
 memory the workflow gave its jobs (gpu_memory_percent, an estimate) beside the most GPU memory one
-of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script).
+of its jobs was seen to use (nvidia-smi's per-process memory, matched to the job's script);
+per rule that asks for memory, its jobs' requests (mem_mb, from Snakemake's "resources:" lines)
+beside the peak RSS they reached (the larger of the benchmark files' max_rss and the high-water
+mark VmHWM sampled every 0.5 s from the jobs' processes), checked against 50-100% of the rule's
+largest request.
+--matmul-peak measures this machine's fp32 matmul peak before and after the run.
 --json FILE writes the same as JSON.
 
 Run: python bench/bench_scale.py --model-dir DIR --workdir DIR --text FILE [--dtype bfloat16]
          [--train 9000 --validation 3000] [--methods id,mat,njtc,nnjtc,tuned_lens]
-         [--submodule-jumps 0] [--cores 16] [--json report.json]
+         [--submodule-jumps 0] [--cores 16] [--matmul-peak] [--json report.json]
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ JOB_ID = re.compile(r"^\s+jobid: (\d+)\s*$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 PROGRESS = re.compile(r"^\d+ of \d+ steps \(.*\) done")
 GPU_SHARE = re.compile(r"^\s+resources: .*\bgpu_memory_percent=(\d+)")
+MEM_MB = re.compile(r"^\s+resources: .*\bmem_mb=(\d+)")
+BENCHMARK = re.compile(r"^\s+benchmark: (\S+)\s*$")
+# a job's peak RSS must lie within these shares of its memory request (mem_mb)
+MEMORY_RANGE = (0.5, 1.0)
 # the script a job runs: Snakemake copies workflow/scripts/<rule>.py to
 # .snakemake/scripts/tmpXXXX.<rule>.py
 JOB_SCRIPT = re.compile(r"\.snakemake/scripts/tmp\w+\.(\w+)\.py$")
@@ -114,16 +123,18 @@ def experiment_config(args, model: str, corpus: str) -> dict:
 # --- GPU sampling ---------------------------------------------------------------------------
 
 
-def job_rule(pid: str) -> str | None:
-    """The rule whose job process `pid` is, from its command line (None: not a job, or a pid
-    this machine's /proc does not show, e.g. nvidia-smi inside a container)."""
+def job_rule(pid: str, proc: Path = Path("/proc"), workdir: Path | None = None) -> str | None:
+    """The rule whose job process `pid` is, from its command line (None: not a job, a job of
+    another working directory than `workdir` when given, or a pid this machine's /proc does not
+    show, e.g. nvidia-smi inside a container)."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
     for arg in argv:
-        match = JOB_SCRIPT.search(arg.decode(errors="replace"))
-        if match:
+        text = arg.decode(errors="replace")
+        match = JOB_SCRIPT.search(text)
+        if match and (workdir is None or text.startswith(f"{workdir}/")):
             return match.group(1)
     return None
 
@@ -208,6 +219,49 @@ class GpuSampler(threading.Thread):
         }
 
 
+class RssSampler(threading.Thread):
+    """Every `interval` seconds, the peak RSS so far (VmHWM) of each running job process of
+    `workdir`'s workflow (matched to its rule by the script on its command line, as GpuSampler
+    does), kept per rule as the largest seen: the peak of rules that write no benchmark file. A
+    job's growth in its last interval before it exits is missed."""
+
+    def __init__(self, workdir: Path | None, interval: float = 0.5, proc: Path = Path("/proc")):
+        super().__init__(daemon=True)
+        self.workdir = workdir
+        self.interval = interval
+        self.proc = proc
+        self.rule_peak_mb: dict[str, float] = {}
+        self._rules: dict[str, str | None] = {}  # pid -> rule (None: not a job)
+        self._stop_event = threading.Event()
+
+    def sample(self) -> None:
+        for entry in self.proc.glob("[0-9]*"):
+            pid = entry.name
+            if pid not in self._rules:
+                self._rules[pid] = job_rule(pid, self.proc, self.workdir)
+            rule = self._rules[pid]
+            if rule is None:
+                continue
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+            if match:
+                peak = int(match.group(1)) * 1024 / 1e6  # MB, as Snakemake's max_rss
+                self.rule_peak_mb[rule] = max(self.rule_peak_mb.get(rule, 0.0), peak)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.sample()
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> dict[str, float]:
+        self._stop_event.set()
+        self.join()
+        return dict(sorted(self.rule_peak_mb.items()))
+
+
 # --- the run and its report -----------------------------------------------------------------
 
 
@@ -264,6 +318,75 @@ def gpu_shares(lines: list[str]) -> dict[str, int]:
         elif rule is not None and (match := GPU_SHARE.match(line)):
             shares[rule] = max(shares.get(rule, 0), int(match.group(1)))
     return shares
+
+
+def job_blocks(lines: list[str]) -> list[dict]:
+    """Each job's rule, benchmark file (None: the rule writes none) and memory request (mem_mb;
+    None: the rule asks for none), from its block in Snakemake's output."""
+    jobs: list[dict] = []
+    for line in lines:
+        if match := JOB_LINE.match(line):
+            jobs.append({"rule": match.group(1), "benchmark": None, "mem_mb": None})
+        elif not jobs or not line.startswith(" "):
+            continue
+        elif match := BENCHMARK.match(line):
+            jobs[-1]["benchmark"] = match.group(1)
+        elif match := MEM_MB.match(line):
+            jobs[-1]["mem_mb"] = int(match.group(1))
+    return jobs
+
+
+def benchmark_max_rss(path: Path, since: float) -> float | None:
+    """The largest max_rss (MB) of a benchmark file written since `since`, else None."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        with open(path, newline="") as handle:
+            values = [row.get("max_rss", "") for row in csv.DictReader(handle, delimiter="\t")]
+    except OSError:
+        return None
+    numbers = [float(v) for v in values if re.fullmatch(r"[0-9.]+", v or "")]
+    return max(numbers) if numbers else None
+
+
+def memory_check(
+    blocks: list[dict],
+    workdir: Path,
+    since: float,
+    sampled_mb: dict[str, float],
+    bounds: tuple[float, float] = MEMORY_RANGE,
+) -> dict[str, dict]:
+    """Per rule that asks for memory: its jobs' requests (mem_mb) beside the peak RSS they
+    reached. Snakemake samples a job's max_rss (its benchmark file) now and then and can miss
+    a short peak, so the rule's peak (`peak_mb`) is the larger of its jobs' max_rss and the
+    largest VmHWM sampled from its processes (the kernel's high-water mark, `sampled_mb`), set
+    beside its largest request (`ratio`). `ok`: that ratio within `bounds`, and no job's max_rss
+    above its own request (`job_ratios`); None where nothing was measured."""
+    rules: dict[str, dict] = {}
+    for job in blocks:
+        if job["mem_mb"] is None:
+            continue
+        entry = rules.setdefault(
+            job["rule"], {"jobs": 0, "requests_mb": [], "max_rss_mb": [], "job_ratios": []}
+        )
+        entry["jobs"] += 1
+        entry["requests_mb"].append(job["mem_mb"])
+        peak = benchmark_max_rss(workdir / job["benchmark"], since) if job["benchmark"] else None
+        if peak is not None:
+            entry["max_rss_mb"].append(peak)
+            entry["job_ratios"].append(peak / job["mem_mb"])
+    for rule, entry in rules.items():
+        entry["sampled_mb"] = sampled_mb.get(rule)
+        peaks = entry["max_rss_mb"] + ([entry["sampled_mb"]] if entry["sampled_mb"] else [])
+        entry["peak_mb"] = max(peaks) if peaks else None
+        if entry["peak_mb"] is None:
+            entry["ratio"] = entry["ok"] = None
+            continue
+        entry["ratio"] = entry["peak_mb"] / max(entry["requests_mb"])
+        entry["ok"] = bounds[0] <= entry["ratio"] <= bounds[1] and all(
+            r <= bounds[1] for r in entry["job_ratios"]
+        )
+    return dict(sorted(rules.items()))
 
 
 def logged_seconds(lines: list[str]) -> dict[str, float]:
@@ -334,8 +457,19 @@ def _number(value, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def matmul_peak(threads: int) -> float:
+    """This machine's fp32 matmul peak (GFLOP/s) with `threads` (bench/common.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import peak_matmul_gflops
+
+    return peak_matmul_gflops(threads)
+
+
 def print_report(report: dict) -> None:
     print(f"wall time: {report['wall_seconds']:.1f} s (snakemake exit {report['exit_status']})")
+    if report.get("matmul_peak_gflops"):
+        peaks = ", ".join(f"{p:.0f}" for p in report["matmul_peak_gflops"])
+        print(f"fp32 matmul peak before and after the run: {peaks} GFLOP/s")
     rules = report["rules"]
     width = max([len(r) for r in rules] + [5])
     print(
@@ -369,8 +503,54 @@ def print_report(report: dict) -> None:
             f"{gpu['busy_share'] * 100:.1f}% of {gpu['samples']} samples every "
             f"{gpu['interval_s']} s; peak memory used {gpu['memory_peak_mib']:.0f} MiB"
         )
+    print_memory(report["memory"])
     print(f"r² table: {report['r2_table']} ({'exists' if report['r2_exists'] else 'MISSING'})")
     print(f"snakemake log: {report['log']}")
+
+
+def _span(values: list[float], digits: int, scale: float = 1.0) -> str:
+    if not values:
+        return "-"
+    low, high = min(values) * scale, max(values) * scale
+    return (
+        f"{low:.{digits}f}"
+        if f"{low:.{digits}f}" == f"{high:.{digits}f}"
+        else (f"{low:.{digits}f}-{high:.{digits}f}")
+    )
+
+
+def print_memory(memory: dict[str, dict], bounds: tuple[float, float] = MEMORY_RANGE) -> None:
+    """Per rule that asks for memory: jobs, request (MB), max_rss and VmHWM (MB), the peak over
+    the largest request, check."""
+    if not memory:
+        print("memory: no job asked for memory (mem_mb)")
+        return
+    low, high = (round(b * 100) for b in bounds)
+    width = max([len(r) for r in memory] + [5])
+    print(
+        f"{'rule':<{width}}  {'jobs':>5}  {'request MB':>11}  {'max_rss MB':>11}  "
+        f"{'VmHWM MB':>9}  {'peak/request':>12}  check"
+    )
+    for rule, entry in memory.items():
+        if entry["ok"] is None:
+            check = "no peak measured"
+        else:
+            check = "pass" if entry["ok"] else f"FAIL (outside {low}-{high}%)"
+        if not entry["max_rss_mb"] and entry["ok"] is not None:
+            check += " (no benchmark file: VmHWM only)"
+        sampled = "-" if entry["sampled_mb"] is None else f"{entry['sampled_mb']:.0f}"
+        ratio = "-" if entry["ratio"] is None else f"{entry['ratio'] * 100:.0f}%"
+        print(
+            f"{rule:<{width}}  {entry['jobs']:>5}  {_span(entry['requests_mb'], 0):>11}  "
+            f"{_span(entry['max_rss_mb'], 0):>11}  {sampled:>9}  {ratio:>12}  {check}"
+        )
+    judged = [e for e in memory.values() if e["ok"] is not None]
+    print(
+        f"memory requests: {sum(e['ok'] for e in judged)} of {len(judged)} rules whose peak RSS "
+        f"is within {low}-{high}% of their largest request (mem_mb), no job's max_rss above its "
+        "own. max_rss: the rule's benchmark files (Snakemake's samples); VmHWM: the largest "
+        "high-water mark sampled every 0.5 s from the rule's processes; peak: the larger"
+    )
 
 
 def parse_args(argv=None):
@@ -421,6 +601,12 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="write the report to this JSON file too")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
+        "--matmul-peak",
+        action="store_true",
+        help="measure this machine's fp32 matmul peak (bench/common.py) with --threads threads "
+        "before and after the run, to set the wall time beside",
+    )
+    parser.add_argument(
         "--snakemake-args",
         nargs=argparse.REMAINDER,
         default=[],
@@ -445,14 +631,20 @@ def main(argv=None) -> int:
     log_path = workdir / "bench_scale.log"
     print(f"config: {configfile}\ncommand: {' '.join(cmd)}", flush=True)
 
+    peaks = [matmul_peak(args.threads or 1)] if args.matmul_peak else []
     sampler = GpuSampler() if GpuSampler.available() else None
     if sampler:
         sampler.start()
+    rss = RssSampler(workdir)
+    rss.start()
     started = time.time()
     start = time.perf_counter()
     status, lines = run_logged(cmd, log_path, env, echo=not args.quiet)
     wall = time.perf_counter() - start
     gpu = sampler.stop() if sampler else {"note": "no nvidia-smi on this machine: not sampled"}
+    sampled_rss = rss.stop()
+    if args.matmul_peak:
+        peaks.append(matmul_peak(args.threads or 1))
 
     r2 = workdir / R2_TABLE.format(model=model, corpus=args.corpus)
     report = {
@@ -465,6 +657,9 @@ def main(argv=None) -> int:
             gpu_shares(lines),
             gpu.get("rule_peak_mib", {}),
         ),
+        "memory": memory_check(job_blocks(lines), workdir, started - 1.0, sampled_rss),
+        "sampled_rss_mb": sampled_rss,
+        "matmul_peak_gflops": peaks,
         "gpu": gpu,
         "model": model,
         "model_dir": str(model_dir),

@@ -8,9 +8,12 @@ deterministically from --seed; only the shapes are real, so the run times are th
 model and the numbers (r², Precision@k) are meaningless.
 
 Run: python bench/scale_model.py SHAPE OUT_DIR --tokenizer DIR [--dtype bfloat16]
-         [--device cuda|cpu] [--seed 0]
+         [--device cuda|cpu] [--seed 0] [--layers N]
      python bench/scale_model.py --list      (every shape and its parameter count; no weights)
-A 1.7B model is made and saved on a GPU in seconds; on a CPU, use the tiny shape.
+A 1.7B model is made and saved on a GPU in seconds; on a CPU, use the tiny shape, or a real
+shape cut to a few blocks with --layers (the width, MLP and vocabulary stay the shape's: e.g.
+`llama-2-7b --layers 4`, 1.2e9 parameters with SmolLM2's tokenizer, made on 2 cores in about a
+minute).
 """
 
 from __future__ import annotations
@@ -108,23 +111,36 @@ SHAPES: dict[str, tuple[str, dict]] = {
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def shape_config(shape: str, vocab_size: int | None = None, token_ids: dict | None = None):
-    """The transformers config of a named shape; `vocab_size` and `token_ids` (pad_token_id,
-    bos_token_id, eos_token_id) replace the shape's own when given."""
+LAYER_KEYS = {"llama": "num_hidden_layers", "gpt2": "n_layer"}
+
+
+def shape_config(
+    shape: str,
+    vocab_size: int | None = None,
+    token_ids: dict | None = None,
+    layers: int | None = None,
+):
+    """The transformers config of a named shape; `vocab_size`, `token_ids` (pad_token_id,
+    bos_token_id, eos_token_id) and `layers` (the number of blocks) replace the shape's own
+    when given."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape '{shape}'; known: {', '.join(SHAPES)}")
     model_type, kwargs = SHAPES[shape]
     kwargs = dict(kwargs)
     if vocab_size is not None:
         kwargs["vocab_size"] = vocab_size
+    if layers is not None:
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, not {layers}")
+        kwargs[LAYER_KEYS[model_type]] = layers
     kwargs.update(token_ids or {})
     return AutoConfig.for_model(model_type, **kwargs)
 
 
-def parameter_count(shape: str, vocab_size: int | None = None) -> int:
+def parameter_count(shape: str, vocab_size: int | None = None, layers: int | None = None) -> int:
     """Parameters of a shape (tied embeddings counted once), built on the meta device: no memory,
     no weights."""
-    config = shape_config(shape, vocab_size)
+    config = shape_config(shape, vocab_size, layers=layers)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters())
@@ -155,12 +171,14 @@ def make_model(
     dtype="bfloat16",
     device=None,
     seed=0,
+    layers: int | None = None,
 ) -> dict:
-    """Write the model folder; returns what was made (parameters, vocabulary, seconds)."""
+    """Write the model folder (with `layers` blocks, default the shape's); returns what was made
+    (parameters, vocabulary, seconds)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = max(SHAPES[shape][1]["vocab_size"], len(tokenizer))
-    config = shape_config(shape, vocab, token_ids(tokenizer))
+    config = shape_config(shape, vocab, token_ids(tokenizer), layers)
     start = time.perf_counter()
     torch.manual_seed(seed)
     with torch.device(device):
@@ -177,6 +195,7 @@ def make_model(
     saved = time.perf_counter() - start
     return {
         "shape": shape,
+        "layers": config.num_hidden_layers,
         "model_type": config.model_type,
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": vocab,
@@ -197,18 +216,27 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if visible)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="number of blocks (default: the shape's); width, MLP and vocabulary stay the shape's",
+    )
+    parser.add_argument(
         "--list", action="store_true", help="print every shape's parameter count and exit"
     )
     args = parser.parse_args(argv)
     if args.list:
         for name in SHAPES:
-            print(f"{name}: {parameter_count(name):,} parameters")
+            print(f"{name}: {parameter_count(name, layers=args.layers):,} parameters")
         return
     if not (args.shape and args.out_dir and args.tokenizer):
         parser.error("SHAPE, OUT_DIR and --tokenizer are required (or --list)")
-    made = make_model(args.shape, args.out_dir, args.tokenizer, args.dtype, args.device, args.seed)
+    made = make_model(
+        args.shape, args.out_dir, args.tokenizer, args.dtype, args.device, args.seed, args.layers
+    )
     print(
-        f"{made['shape']} ({made['model_type']}): {made['parameters']:,} parameters "
+        f"{made['shape']} ({made['model_type']}, {made['layers']} layers): "
+        f"{made['parameters']:,} parameters "
         f"({made['parameters'] / 1e9:.2f}e9), vocabulary {made['vocab_size']} (tokenizer "
         f"{made['tokenizer_length']}), {made['dtype']} on {made['device']}; built in "
         f"{made['build_seconds']:.1f} s, saved in {made['save_seconds']:.1f} s to "

@@ -109,6 +109,14 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
     for rule in ("extract_hidden", "fit_map", "r2_table", "decode_predictions"):
         assert report["rules"][rule]["gpu_share_pct"] == 1, rule
     assert report["rules"]["plot_r2"]["gpu_share_pct"] is None  # no GPU
+    # each rule that asks for memory: its requests beside the peak RSS its jobs reached
+    memory = report["memory"]
+    assert {"extract_hidden", "fit_map", "r2_table", "decode_predictions"} <= set(memory)
+    assert "plot_r2" not in memory  # asks for no memory
+    hidden = memory["extract_hidden"]
+    assert hidden["jobs"] == 2 and all(r >= 100 for r in hidden["requests_mb"])
+    assert hidden["peak_mb"] > 50 and hidden["sampled_mb"] > 50 and hidden["ok"] is not None
+    assert "memory requests:" in proc.stdout
     r2 = workdir / paths.metric("r2.parquet").format(model="tiny-model", corpus="text")
     assert r2.is_file() and report["r2_table"] == str(r2)
     assert (
@@ -116,3 +124,114 @@ def test_scale_benchmark_runs_the_experiment_and_reports_every_rule(tmp_path, to
         / paths.metric("early_exit_savings.parquet").format(model="tiny-model", corpus="text")
     ).is_file()
     print(f"scale benchmark test: {time.perf_counter() - start:.1f} s")
+
+
+SNAKEMAKE_LOG = """\
+[Fri Nov 27 10:04:38 2026]
+localcheckpoint resolve_model:
+    output: results/models/m
+    log: logs/resolve_model/m.log
+    jobid: 4
+    benchmark: benchmarks/resolve_model/m.tsv
+    reason: Missing output files: results/models/m
+    wildcards: model=m
+    resources: tmpdir=/tmp, runtime=17, mem_mb=6300, mem=6.3 GB, mem_mib=6009
+DAG of jobs will be updated after completion.
+[Fri Nov 27 10:04:39 2026]
+rule extract_hidden:
+    output: results/hidden/m/c/train
+    jobid: 5
+    benchmark: benchmarks/extract_hidden/m/c/train.tsv
+    resources: tmpdir=/tmp, mem_mb=2000, mem_mib=1908, runtime=10
+[Fri Nov 27 10:04:39 2026]
+rule extract_hidden:
+    output: results/hidden/m/c/validation
+    jobid: 6
+    benchmark: benchmarks/extract_hidden/m/c/validation.tsv
+    resources: tmpdir=/tmp, mem_mb=1000, mem_mib=954, runtime=10
+[Fri Nov 27 10:04:40 2026]
+rule prediction_examples:
+    output: results/metrics/m/c/examples.parquet
+    jobid: 7
+    resources: tmpdir=/tmp, mem_mb=3000, mem_mib=2862, runtime=10
+[Fri Nov 27 10:04:40 2026]
+rule fit_parts:
+    output: results/maps/m/c/parts.safetensors
+    jobid: 8
+    resources: tmpdir=/tmp, mem_mb=900, mem_mib=859, runtime=10
+localrule plot_r2:
+    output: results/figures/m/c/r2.png
+    jobid: 9
+    benchmark: benchmarks/plot_r2/m/c.tsv
+    resources: tmpdir=/tmp
+"""
+
+
+def _benchmark(path: Path, max_rss: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\tmax_rss\tmax_vms\n1.0\t0:00:01\t{max_rss}\t9000\n")
+
+
+def test_memory_check_sets_each_jobs_peak_beside_its_request(tmp_path):
+    import bench_scale
+
+    lines = SNAKEMAKE_LOG.splitlines()
+    blocks = bench_scale.job_blocks(lines)
+    assert [(b["rule"], b["mem_mb"]) for b in blocks] == [
+        ("resolve_model", 6300),
+        ("extract_hidden", 2000),
+        ("extract_hidden", 1000),
+        ("prediction_examples", 3000),
+        ("fit_parts", 900),
+        ("plot_r2", None),
+    ]
+    assert blocks[0]["benchmark"] == "benchmarks/resolve_model/m.tsv"
+    assert blocks[3]["benchmark"] is None
+    _benchmark(tmp_path / "benchmarks/resolve_model/m.tsv", "2900.5")  # 46%: too little used
+    _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/train.tsv", "1900")  # 95%
+    _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/validation.tsv", "600")  # 60%
+    _benchmark(tmp_path / "benchmarks/plot_r2/m/c.tsv", "150")  # asks for nothing: not judged
+    sampled = {"prediction_examples": 3100.0, "extract_hidden": 1950.0, "resolve_model": 3000.0}
+    memory = bench_scale.memory_check(blocks, tmp_path, 0.0, sampled)
+    assert set(memory) == {"resolve_model", "extract_hidden", "prediction_examples", "fit_parts"}
+    hidden = memory["extract_hidden"]
+    assert hidden["jobs"] == 2 and hidden["requests_mb"] == [2000, 1000]
+    assert hidden["job_ratios"] == pytest.approx([0.95, 0.6])
+    assert hidden["peak_mb"] == 1950 and hidden["ratio"] == pytest.approx(1950 / 2000)
+    assert hidden["ok"] is True
+    resolve = memory["resolve_model"]  # the high-water mark is the peak that max_rss missed
+    assert resolve["peak_mb"] == 3000 and resolve["ok"] is False  # 48% of 6300
+    examples = memory["prediction_examples"]  # no benchmark file: the sampled peak, over 100%
+    assert examples["max_rss_mb"] == [] and examples["ok"] is False
+    assert examples["ratio"] == pytest.approx(3100 / 3000)
+    assert memory["fit_parts"]["ok"] is None  # neither a benchmark file nor a sample
+    # a job over its own request fails its rule, whatever the rule's largest request
+    _benchmark(tmp_path / "benchmarks/extract_hidden/m/c/validation.tsv", "1100")
+    memory = bench_scale.memory_check(blocks, tmp_path, 0.0, {})
+    assert memory["extract_hidden"]["ratio"] == pytest.approx(0.95)
+    assert memory["extract_hidden"]["ok"] is False
+    # a benchmark file older than the run is not counted
+    later = bench_scale.memory_check(blocks, tmp_path, time.time() + 60, {})
+    assert later["extract_hidden"]["peak_mb"] is None and later["extract_hidden"]["ok"] is None
+
+
+def test_the_rss_sampler_keeps_each_rules_peak(tmp_path):
+    import bench_scale
+
+    def process(pid: int, script: str, hwm_kb: int, workdir: str = "/w") -> None:
+        folder = tmp_path / str(pid)
+        folder.mkdir(exist_ok=True)
+        argv = ["python", f"{workdir}/.snakemake/scripts/tmpab12.{script}.py"]
+        argv = argv if script else ["bash"]
+        (folder / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (folder / "status").write_text(f"Name:\tpython\nVmHWM:\t{hwm_kb} kB\nVmRSS:\t1 kB\n")
+
+    process(11, "fit_map", 1_000_000)
+    process(12, "fit_map", 3_000_000)
+    process(13, "", 9_000_000)  # not a job
+    process(14, "fit_map", 9_000_000, "/other")  # another workflow's job
+    sampler = bench_scale.RssSampler(Path("/w"), proc=tmp_path)
+    sampler.sample()
+    process(11, "fit_map", 4_000_000)  # its peak grew since
+    sampler.sample()
+    assert sampler.rule_peak_mb == {"fit_map": pytest.approx(4_096.0)}

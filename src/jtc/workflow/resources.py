@@ -22,8 +22,15 @@ from jtc import paths
 from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
-BASE_MB = 1500  # Python, torch and the libraries
+# Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that
+# hold next to no data (2-core machine, 2026-11-27): 420-670 MB with torch and transformers
+# (resolve_model, extract_hidden, decode_predictions of the tiny BERT), 90-240 MB without torch
+BASE_MB = 500
+TORCH_FREE_BASE_MB = 250
+TORCH_FREE = ("r2_table", "fit_parts", "part_r2_table")  # stages whose jobs import no torch
+MARGIN = 1.15  # on what a job holds beyond the interpreter: allocator slack, what is not counted
 MIN_RUNTIME = 10  # minutes
+ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,32 @@ class Shape:
             parameter_bytes=4 if info.get("dtype", "float32") == "float32" else 2,
         )
 
+    @classmethod
+    def of_source(cls, spec: dict[str, Any], rows: int, tokens: int) -> Shape:
+        """Before the model is cached: the shape of a local model folder (its config.json, and
+        its weight files' bytes for the parameters), in the compute dtype of `spec`
+        (models.NAME); any other source (a hub id, a GGUF file) gives the large default."""
+        compute_bytes = ITEMSIZE.get(spec.get("dtype", "float32"), 4)
+        default = cls(rows=rows, tokens=tokens, parameter_bytes=compute_bytes)
+        folder = Path(str(spec.get("source", ""))).expanduser()
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            return default
+        width = config.get("hidden_size") or config.get("n_embd")
+        layers = config.get("num_hidden_layers") or config.get("n_layer")
+        weights = [p for p in folder.glob("*.safetensors")] or list(folder.glob("*.bin"))
+        stored = ITEMSIZE.get(str(config.get("torch_dtype") or config.get("dtype")), 4)
+        if not (width and layers and weights):
+            return default
+        return dataclasses.replace(
+            default,
+            width=int(width),
+            layers=int(layers),
+            parameters=sum(p.stat().st_size for p in weights) // stored,
+            vocab=int(config.get("vocab_size") or default.vocab),
+        )
+
     @property
     def model_mb(self) -> float:
         return self.parameters * self.parameter_bytes / 1e6
@@ -72,10 +105,16 @@ class Shape:
 
 def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> Shape:
     """The shape of a job of `stage` for `model`, reading the `split`'s sentences: the model's
-    once it is cached (a large default before), and for replace_parts its sentences, jump layers
+    once it is cached (before, a local source folder's, else a large default), and for
+    replace_parts its sentences, jump layers
     and runs. The depth is the shape's (its default before the model is cached): a resource
     function must not wait for the resolve_model checkpoint."""
-    shape = Shape.of(paths.MODEL.format(model=model), config["sizes"][split], config["max_tokens"])
+    rows, tokens = config["sizes"][split], config["max_tokens"]
+    model_dir = Path(paths.MODEL.format(model=model))
+    if (model_dir / "info.json").exists():
+        shape = Shape.of(model_dir, rows, tokens)
+    else:  # not cached yet (resolve_model's own job): the source's shape where it tells one
+        shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -96,43 +135,67 @@ def trained_epochs(training: dict[str, Any], methods: Iterable[str]) -> int:
 
 
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
-    """Memory request (MB) of one job of `stage`."""
-    return int(math.ceil((BASE_MB + _data_mb(stage, shape)) * attempt / 100) * 100)
+    """Memory request (MB) of one job of `stage`: the interpreter and libraries (less for a
+    stage that imports no torch) and what the job holds, with a margin, rounded up to 100 MB."""
+    base = TORCH_FREE_BASE_MB if stage in TORCH_FREE else BASE_MB
+    need = base + MARGIN * _data_mb(stage, shape)
+    return int(math.ceil(need * attempt / 100) * 100)
 
 
-def _data_mb(stage: str, shape: Shape, model_copies: int = 2) -> float:
+def _data_mb(stage: str, shape: Shape) -> float:
     """What one job of `stage` holds beyond the interpreter and libraries (MB): the model or its
-    head, the states and the work arrays. A job that runs the model holds `model_copies` of its
-    weights at the peak: two in host memory (the copy being loaded, the model), one on a GPU
-    (the weights are moved there, and the host copy freed)."""
+    head, the states, the maps and the work arrays. A job that runs the model holds its weights
+    once, in host memory or on a GPU (the cache is written in the compute dtype, so loading maps
+    the file instead of converting a copy); resolve_model also holds the weights it writes."""
     s = shape
     sequence_mb = s.rows * s.tokens / 2 * s.width * 4 / 1e6  # states at every position
-    if stage == "resolve_model":
-        need = 3 * s.model_mb
+    square_mb = s.width**2 * 8 / 1e6  # one width × width float64 matrix (a Gram matrix, a map)
+    part_maps_mb = s.layers * 4 * s.width**2 * 4 / 1e6  # a float32 map per part of every block
+    parts_mb = s.rows * s.layers * 8 * s.width * 4 / 1e6  # every part's input and output
+    if stage == "resolve_model":  # the model loaded, and its weights serialised to the cache
+        need = 2 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
-        need = model_copies * s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
-    elif stage == "fit_map":  # every layer's states; float64 X, its projection, one target
-        need = s.states_mb(s.rows) + s.rows * s.width * 8 * 4 / 1e6 + 64
-    elif stage == "train_map":  # the tuned lens also holds the head and a batch of logits
+        need = s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
+    elif stage == "fit_map":  # every layer's states; float64 X, its projection, one target;
+        # per pair, the reduced-rank fit's and the trained start's width × width work arrays
+        need = s.states_mb(s.rows) + s.rows * s.width * 8 * 4 / 1e6 + 8 * square_mb + 64
+    elif stage == "train_map":  # the tuned lens: the head, a batch of logits, the least-squares
+        # start (float64) and the map with its gradient and Adam's moments
         need = (
-            2 * s.head_mb
+            s.head_mb
             + s.states_mb(s.rows)
             + s.rows * s.width * 4 * 4 / 1e6
             + 128 * s.vocab * 4 * 4 / 1e6
+            + 6 * square_mb
         )
-    elif stage == "r2_table":  # every validation layer, in float64, and one prediction
-        need = s.states_mb(s.rows, itemsize=8) + 2 * s.rows * s.width * 8 / 1e6
-    elif stage in ("decode_predictions", "prediction_examples"):
-        # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states
-        need = 3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6
-    elif stage == "fit_shortlist":  # the head, its float64 copy, the last layer's states
-        need = 3 * s.head_mb + s.rows * s.width * 4 / 1e6 + 64
-    elif stage == "record_parts":  # at most 1 GB of recorded parts at once, and the writers'
-        need = model_copies * s.model_mb + 1024 + 512
-    elif stage == "fit_parts":  # one part at a time, as a fit_map job's
-        need = s.rows * s.width * 8 * 4 / 1e6 + 64
-    elif stage == "replace_parts":  # the model, every jump layer's states at every position
-        need = model_copies * s.model_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
+    elif stage == "r2_table":  # every validation layer, in float64, one prediction; a source
+        # layer's maps and their float64 work arrays
+        need = (
+            s.states_mb(s.rows, itemsize=8)
+            + 2 * s.rows * s.width * 8 / 1e6
+            + (s.layers + 2) * square_mb
+        )
+    elif stage == "prediction_examples":  # a few sentences: the head in float32 and one map
+        # (read one at a time) with its product
+        need = s.head_mb + square_mb + 64
+    elif stage == "decode_predictions":
+        # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states, and
+        # one map (read one at a time) with its product
+        need = 3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + square_mb
+    elif stage == "fit_shortlist":  # the head as stored and in float32, its float64 copy, the
+        # last layer's states, and width × width float64 arrays (second moment, its roots, the
+        # head's Gram matrix, their product)
+        stored_head_mb = s.vocab * s.width * s.parameter_bytes / 1e6
+        need = 3 * s.head_mb + stored_head_mb + s.rows * s.width * 4 / 1e6 + 6 * square_mb + 64
+    elif stage == "record_parts":  # the model; at most 1 GB of recorded parts at once, and
+        # the writers' buffers (at most 512 MB)
+        need = s.model_mb + min(parts_mb, 1024) + min(parts_mb, 512)
+    elif stage == "fit_parts":  # one part's rows, as a fit_map job's; a block's part maps and
+        # the float64 Gram matrix, its factor or pseudo-inverse, and a map
+        need = s.rows * s.width * 8 * 4 / 1e6 + part_maps_mb / s.layers + 7 * square_mb + 64
+    elif stage == "replace_parts":  # the model, the head in float32, the part maps, every jump
+        # layer's states at every position
+        need = s.model_mb + s.head_mb + part_maps_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
     else:
         need = 500
     return need
@@ -182,5 +245,5 @@ def gpu_memory_percent(stage: str, shape: Shape, gpu_mb: float | None, attempt: 
     than the GPU gets 100 and runs alone."""
     if not gpu_mb:
         return 0
-    need = (_data_mb(stage, shape, model_copies=1) + GPU_CONTEXT_MB) * attempt
+    need = (_data_mb(stage, shape) + GPU_CONTEXT_MB) * attempt
     return max(1, min(100, math.ceil(100 * need / gpu_mb)))
