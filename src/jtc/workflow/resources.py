@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jtc import paths
+from jtc.data.states import KEEP_BYTES
 from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
@@ -46,6 +47,11 @@ class Shape:
     parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
     runs: int = 1  # replace_parts: jump layers (each holds every position's states) × variants
     jumps: int = 1
+    positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
+
+    @property
+    def sentences(self) -> int:
+        return max(1, self.rows // self.positions)
 
     @classmethod
     def of(cls, model_dir: str | Path, rows: int, tokens: int) -> Shape:
@@ -109,12 +115,14 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
     replace_parts its sentences, jump layers
     and runs. The depth is the shape's (its default before the model is cached): a resource
     function must not wait for the resolve_model checkpoint."""
-    rows, tokens = config["sizes"][split], config["max_tokens"]
+    tokens, positions = config["max_tokens"], rows_per_sentence(config, split)
+    rows = config["sizes"][split] * positions
     model_dir = Path(paths.MODEL.format(model=model))
     if (model_dir / "info.json").exists():
         shape = Shape.of(model_dir, rows, tokens)
     else:  # not cached yet (resolve_model's own job): the source's shape where it tells one
         shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
+    shape = dataclasses.replace(shape, positions=positions)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -126,6 +134,15 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
         jumps=jumps,
         runs=jumps * len(submodules["variants"]),
     )
+
+
+def rows_per_sentence(config: dict[str, Any], split: str) -> int:
+    """The states rows a sentence of `split` gives: one in validation; positions_per_sentence
+    in training, at most max_tokens, and for "all" half of max_tokens (sentences truncated to
+    max_tokens are shorter on average)."""
+    count = config["positions_per_sentence"] if split == "train" else 1
+    tokens = config["max_tokens"]
+    return max(1, tokens // 2) if count == "all" else min(int(count), tokens)
 
 
 def trained_epochs(training: dict[str, Any], methods: Iterable[str]) -> int:
@@ -152,18 +169,21 @@ def _data_mb(stage: str, shape: Shape) -> float:
     square_mb = s.width**2 * 8 / 1e6  # one width × width float64 matrix (a Gram matrix, a map)
     part_maps_mb = s.layers * 4 * s.width**2 * 4 / 1e6  # a float32 map per part of every block
     parts_mb = s.rows * s.layers * 8 * s.width * 4 / 1e6  # every part's input and output
+    # the training states a fit job keeps in memory (jtc.data.states.LayerStates)
+    kept_states_mb = min(s.states_mb(s.rows), KEEP_BYTES / 1e6 + s.states_mb(s.rows, layers=1))
     if stage == "resolve_model":  # the model loaded, and its weights serialised to the cache
         need = 2 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
-        need = s.model_mb + s.states_mb(min(s.rows, 2048), itemsize=8)
-    elif stage == "fit_map":  # every layer's states; float64 X, its projection, one target;
-        # per pair, the reduced-rank fit's and the trained start's width × width work arrays
-        need = s.states_mb(s.rows) + s.rows * s.width * 8 * 4 / 1e6 + 8 * square_mb + 64
+        need = s.model_mb + s.states_mb(min(s.rows, 2048 * s.positions), itemsize=8)
+    elif stage == "fit_map":  # the layers' states it keeps (at most KEEP_BYTES, and one read
+        # again); float64 X, its projection, one target; per pair, the reduced-rank fit's and
+        # the trained start's width × width work arrays
+        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + 8 * square_mb + 64
     elif stage == "train_map":  # the tuned lens: the head, a batch of logits, the least-squares
         # start (float64) and the map with its gradient and Adam's moments
         need = (
             s.head_mb
-            + s.states_mb(s.rows)
+            + kept_states_mb
             + s.rows * s.width * 4 * 4 / 1e6
             + 128 * s.vocab * 4 * 4 / 1e6
             + 6 * square_mb
@@ -206,8 +226,9 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
     s = shape
     if stage == "resolve_model":
         flop = 50_000 * s.parameters  # downloading, dequantising, writing: ~1 min per 60M
-    elif stage in ("extract_hidden", "record_parts"):
-        flop = 2 * s.parameters * s.rows * s.tokens / 4
+    elif stage in ("extract_hidden", "record_parts"):  # a causal model runs each sentence
+        # once, cut after its last drawn position: about half its tokens for one position
+        flop = 2 * s.parameters * s.sentences * s.tokens / (4 if s.positions == 1 else 2)
     elif stage == "replace_parts":  # one unmodified pass, then per run half the blocks on
         # average and a decoding
         forward = 2 * s.parameters * s.rows * s.tokens / 4
