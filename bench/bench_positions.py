@@ -19,12 +19,13 @@ format) for other scorers (bench/bench_lens_baseline.py --jtc-maps).
 
 Run: python bench/bench_positions.py --run DIR [--model smollm2 --corpus news]
          [--positions 1,8,all] [--mat-layers 5,15,25] [--lens-layers 5,10,15,20,25]
-         [--workdir DIR] [--maps DIR] [--threads 2] [--json FILE]
+         [--workdir DIR] [--maps DIR] [--lens-epochs N] [--threads 2] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--lens-layers", default="5,10,15,20,25")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_positions"))
     parser.add_argument("--maps", type=Path, help="write the tuned lenses here as map files")
+    parser.add_argument("--lens-epochs", type=int, help="the tuned lens's max_epochs instead")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -116,6 +118,8 @@ def main() -> None:
     head = load_decoder_head(str(model_dir), args.model, args.threads, model)
     lens_meta = read_metadata(run / paths.MAP.format(method="tuned_lens", **where))
     lens_settings = TrainSettings.from_config(lens_meta["settings"])  # type: ignore[arg-type]
+    if args.lens_epochs:
+        lens_settings = dataclasses.replace(lens_settings, max_epochs=args.lens_epochs)
     seed = int(lens_meta["seed"])  # type: ignore[call-overload]
 
     val_dir = run / paths.fill(paths.HIDDEN, split="validation", **where)
@@ -125,8 +129,8 @@ def main() -> None:
     gold = positions.column("gold_id").to_numpy()
     final = read_aligned(val_dir, last, val_ids, np.float32)
     reference = final_reference(head, final, 1)
-    mat_layers = [int(x) for x in args.mat_layers.split(",")]
-    lens_layers = [int(x) for x in args.lens_layers.split(",")]
+    mat_layers = [int(x) for x in args.mat_layers.split(",") if x]
+    lens_layers = [int(x) for x in args.lens_layers.split(",") if x]
 
     report = {"peak_gflops": round(peak_matmul_gflops(args.threads)), "counts": {}}
     print(f"fp32 matmul peak, {args.threads} threads: {report['peak_gflops']} GFLOP/s")
