@@ -70,6 +70,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from jtc.data.extract import prepare_inputs
 from jtc.data.states import read_aligned, read_positions
 from jtc.evaluation.decode import final_reference, score, score_table
 from jtc.evaluation.prediction import bootstrap_means, metric_values, prediction_summary
@@ -115,20 +116,15 @@ def map_files(values: list[str]) -> dict[str, Path]:
     return files
 
 
-def tokenise(tokenizer, texts: list[str], max_tokens: int) -> tuple[list[np.ndarray], list]:
-    """Token ids of each sentence and its non-special positions, as jtc's extraction tokenises
-    (jtc.data.extract.prepare_inputs: add_special_tokens, truncation at max_tokens)."""
-    enc = tokenizer(
-        texts,
-        add_special_tokens=True,
-        truncation=True,
-        max_length=max_tokens,
-        return_special_tokens_mask=True,
-        return_attention_mask=False,
-    )
-    ids = [np.asarray(x, dtype=np.int64) for x in enc["input_ids"]]
-    ordinary = [np.flatnonzero(np.asarray(m) == 0) for m in enc["special_tokens_mask"]]
-    return ids, ordinary
+def tokenise(
+    tokenizer, texts: list[str], ids: np.ndarray, max_tokens: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids of each sentence and its non-special positions, from jtc's own extraction
+    (jtc.data.extract.prepare_inputs with every position: a causal sentence is cut after its
+    last ordinary token)."""
+    prepared = prepare_inputs(tokenizer, texts, ids, "causal", 0, max_tokens, None, "all")
+    first = np.searchsorted(prepared.input_of, np.arange(len(prepared.inputs)))
+    return prepared.inputs, np.split(prepared.positions.astype(np.int64), first[1:])
 
 
 @torch.inference_mode()
@@ -424,7 +420,7 @@ def main() -> None:
         texts_by_id = dict(zip(*corpus.to_pydict().values(), strict=True))
         ids = positions.column("sentence_id").to_numpy()[rows]
         max_tokens = min(info["max_tokens"], read_json(model_dir / "info.json")["max_positions"])
-        tokens, ordinary = tokenise(tokenizer, [texts_by_id[i] for i in ids], max_tokens)
+        tokens, ordinary = tokenise(tokenizer, [texts_by_id[i] for i in ids], ids, max_tokens)
         lengths = np.array([len(t) for t in tokens])
         if not np.array_equal(lengths, positions.column("n_tokens").to_numpy()[rows]):
             sys.exit("the tokenisation differs from jtc's extraction (n_tokens)")

@@ -358,4 +358,3 @@ def test_tuned_lens_starts_at_the_least_squares_affine_map(lens_problem, monkeyp
     assert lens_kl(head, source, final, runs[0].tensors) < lens_kl(head, source, final, start)
     for name in runs[0].tensors:  # bit-identical from run to run
         assert np.array_equal(runs[0].tensors[name], runs[1].tensors[name]), name
-

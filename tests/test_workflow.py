@@ -53,22 +53,7 @@ VALIDATION_RERUN = {
 
 # a change to the training states: they, the fits, and everything after them (the validation
 # states stay)
-TRAINING_RERUN = {
-    "extract_hidden": 2,
-    "fit_map": 2,
-    "fit_shortlist": 2,
-    "parameter_table": 2,
-    "r2_table": 2,
-    "plot_r2": 2,
-    "decode_predictions": 2,
-    "prediction_table": 2,
-    "plot_prediction": 2,
-    "prediction_examples": 2,
-    "early_exit": 2,
-    "plot_early_exit": 2,
-    "headline_table": 1,
-    "all": 1,
-}
+TRAINING_RERUN = {**VALIDATION_RERUN, "fit_map": 2, "fit_shortlist": 2, "parameter_table": 2}
 
 
 def rerun_changed(finished, workdir, **changes):
