@@ -17,7 +17,7 @@ rule extract_hidden:
         gpu_memory_percent=gpu_share("extract_hidden"),
     params:
         n=lambda w: config["sizes"][w.split],
-        positions=split_positions,
+        positions=positions,
         seed=config["seed"],
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],

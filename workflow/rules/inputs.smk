@@ -9,6 +9,7 @@ from jtc import paths
 from jtc.files.io import CorruptFileError, read_json
 from jtc.report.headline import headline_sources
 from jtc.shortcuts.parts import jump_layers
+from jtc.workflow.config import split_positions
 from jtc.workflow.fingerprint import corpus_fingerprint, model_fingerprint
 from jtc.workflow.planning import resolved_problem
 from jtc.workflow.tracking import code_hash as _code_hash
@@ -32,10 +33,8 @@ def device_map(wildcards):
     return config["models"][wildcards.model].get("device_map")
 
 
-def split_positions(wildcards):
-    """Token positions per sentence of a split's states: positions_per_sentence for the
-    training split, one for validation (config.schema.yaml says why)."""
-    return config["positions_per_sentence"] if wildcards.split == "train" else 1
+def positions(wildcards):
+    return split_positions(config, wildcards.split)
 
 
 def corpus_content(wildcards):

@@ -25,7 +25,7 @@ rule record_parts:
         gpu_memory_percent=gpu_share("record_parts"),
     params:
         n=lambda w: config["sizes"][w.split],
-        positions=split_positions,
+        positions=positions,
         seed=config["seed"],
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],

@@ -157,9 +157,10 @@ def read_positions(states_dir: str | os.PathLike) -> tuple[pa.Table, dict[str, A
 class LayerStates(Sequence[np.ndarray]):
     """The states h_0..h_L of a states folder as a sequence of (rows, d) arrays, each layer
     read when first asked for (its rows checked against layer 0's) and kept while the layers
-    kept add up to at most `keep_bytes` (default KEEP_BYTES); a layer beyond is read again at each use. A job that
-    reads every layer therefore holds a bounded amount whatever the number of rows: all of
-    them, read once, for the usual sizes. `sentence_ids` gives each row's sentence."""
+    kept add up to at most `keep_bytes` (default KEEP_BYTES); a layer beyond is read again at
+    each use. A job that reads every layer therefore holds a bounded amount whatever the
+    number of rows: all of them, read once, for the usual sizes. `sentence_ids` gives each
+    row's sentence."""
 
     def __init__(
         self, states_dir: str | os.PathLike, dtype: type = np.float32, keep_bytes: int | None = None

@@ -86,6 +86,12 @@ def command_line_config(
     return merged(check_config_file(default_file), overrides)
 
 
+def split_positions(config: dict[str, Any], split: str) -> int | str:
+    """Token positions per sentence of a split's states: positions_per_sentence for the
+    training split, one for validation (the schema's description says why)."""
+    return config["positions_per_sentence"] if split == "train" else 1
+
+
 def layer_problem(model: str, num_layers: int, config: dict[str, Any]) -> str | None:
     """A configured layer outside a model's 0..L: example layers or the minimum exit layer."""
     bad = [x for x in config["prediction"]["example_layers"] if not 0 <= x < num_layers]

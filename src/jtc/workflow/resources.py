@@ -21,6 +21,7 @@ from typing import Any
 from jtc import paths
 from jtc.data.states import KEEP_BYTES
 from jtc.shortcuts.parts import jump_layers
+from jtc.workflow.config import split_positions
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
 # Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that
@@ -140,8 +141,7 @@ def rows_per_sentence(config: dict[str, Any], split: str) -> int:
     """The states rows a sentence of `split` gives: one in validation; positions_per_sentence
     in training, at most max_tokens, and for "all" half of max_tokens (sentences truncated to
     max_tokens are shorter on average)."""
-    count = config["positions_per_sentence"] if split == "train" else 1
-    tokens = config["max_tokens"]
+    count, tokens = split_positions(config, split), config["max_tokens"]
     return max(1, tokens // 2) if count == "all" else min(int(count), tokens)
 
 
