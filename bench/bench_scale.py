@@ -95,6 +95,7 @@ def experiment_config(args, model: str, corpus: str) -> dict:
     config = {
         "seed": args.seed,
         "sizes": {"train": args.train, "validation": args.validation},
+        "positions_per_sentence": args.positions,
         "validation_fraction": round(fraction, 6),
         "batch_size": args.batch_size,
         "max_tokens": args.max_tokens,
@@ -562,6 +563,12 @@ def parse_args(argv=None):
     parser.add_argument("--corpus", default="text", help="the corpus's name in the config")
     parser.add_argument("--train", type=int, default=9000)
     parser.add_argument("--validation", type=int, default=3000)
+    parser.add_argument(
+        "--positions",
+        type=lambda v: v if v == "all" else int(v),
+        default=1,
+        help="token positions per training sentence (positions_per_sentence: an integer or all)",
+    )
     parser.add_argument(
         "--validation-fraction",
         type=float,
