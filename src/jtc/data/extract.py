@@ -286,7 +286,9 @@ def extract(
     max_rows = max(1, CHUNK_BYTES // (n_sites * width * 4))
     pad_id = pad_token_id(tokenizer)
     writers = [StateWriter(path, width, dtype, rows_per_group) for path in files]
-    progress = Progress(len(prepared.inputs), "extract", "inputs")
+    sentences = len(np.unique(prepared.sentence_ids))
+    n = len(prepared.inputs)  # a sentence each, but for a masked LM's several positions
+    progress = Progress(n, "extract", "sentences" if n == sentences else "inputs")
     for start, stop in input_chunks(prepared, CHUNK_SENTENCES, max_rows):
         rows = prepared.input_rows(start, stop)
         blocks = adapter.blocks(model)
@@ -322,7 +324,7 @@ def extract(
         "task": adapter.task,
         "num_layers": info["num_layers"],
         "hidden_size": width,
-        "sentences": int(len(np.unique(prepared.sentence_ids))),
+        "sentences": sentences,
         "rows": len(prepared.sentence_ids),
         "positions_per_sentence": positions,
         "skipped": prepared.skipped,
