@@ -164,8 +164,9 @@ def test_stages_without_torch_count_a_smaller_interpreter():
 
 def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_path, monkeypatch):
     """positions_per_sentence gives the training split's jobs k rows per sentence (at most
-    max_tokens; "all": half of it), not the validation split's; the fits' states term stops
-    growing at what LayerStates keeps, and extraction's run time follows the sentences."""
+    max_tokens; "all": up to SENTENCE_TOKENS), not the validation split's; the fits' states
+    term stops growing at what LayerStates keeps, and extraction's run time follows the
+    sentences."""
     from jtc.data.states import KEEP_BYTES
     from jtc.workflow.config import validate_config
 
@@ -176,7 +177,7 @@ def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_p
         "sizes": {"train": 300, "validation": 100},
         "max_tokens": 64,
     }
-    for count, rows in ((8, 2400), (200, 300 * 64), ("all", 300 * 32)):
+    for count, rows in ((8, 2400), (200, 300 * 64), ("all", 300 * 40)):
         config = validate_config({**base, "positions_per_sentence": count})
         train = stage_shape("fit_map", config, "m", "train")
         assert train.rows == rows and train.sentences == 300
