@@ -88,3 +88,19 @@ def test_fits_on_several_positions_count_sentences_and_rows(tmp_path, monkeypatc
         assert meta["n_train"] == 30 and meta["training_rows"] == 120
         a, b = load_file(files["all"][method]), load_file(files["one"][method])
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_row_groups_stay_bounded_when_one_write_is_larger(tmp_path):
+    """A write of more rows than a row group holds (many positions at a real width) is split:
+    no row group is larger than the writer's bound, and the rows read back whole."""
+    import pyarrow.parquet as pq
+
+    from jtc.data.states import read_states
+
+    states = np.random.default_rng(0).normal(size=(250, 8)).astype(np.float32)
+    writer = StateWriter(layer_file(tmp_path, 0), 8, "float32", 100)
+    writer.write(np.arange(250), np.zeros(250, dtype=np.int32), states)
+    writer.close()
+    meta = pq.ParquetFile(layer_file(tmp_path, 0)).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 50]
+    assert np.array_equal(read_states(tmp_path, 0)[1], states)

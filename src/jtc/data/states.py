@@ -69,7 +69,7 @@ class StateWriter:
     def flush(self) -> None:
         if self.buffer:
             table = pa.concat_tables(self.buffer)
-            self.writer.write_table(table, row_group_size=max(len(table), 1))
+            self.writer.write_table(table, row_group_size=self.rows_per_group)
             self.digests.update(table)
             self.buffer, self.buffered = [], 0
 
