@@ -138,6 +138,7 @@ def main() -> None:
         folder, cost = training_states(run, model, tokenizer, info, args, count)
         ids, x_last = read_states(folder, last)
         result = {"cost": cost, "mat": {}, "tuned_lens": {}}
+        lenses = {}  # layer -> the tuned lens's tensors
         for layer in sorted(set(mat_layers) | set(lens_layers)):
             x = read_aligned(folder, layer, ids)
             val = read_aligned(val_dir, layer, val_ids, np.float32)
@@ -158,7 +159,7 @@ def main() -> None:
                 predicted = val @ t["weight"].T + t["bias"]
                 row = scores(head, reference, gold, final, predicted)
                 result["tuned_lens"][layer] = {**row, "fit_s": round(trained.seconds, 1)}
-                result.setdefault("lens_tensors", {})[layer] = t
+                lenses[layer] = t
         if args.maps:
             args.maps.mkdir(parents=True, exist_ok=True)
             meta = {
@@ -168,9 +169,8 @@ def main() -> None:
                 "positions_per_sentence": str(count),
             }
             with MapWriter(args.maps / f"tuned_lens-{count}.safetensors", meta) as maps:
-                for layer, tensors in result.pop("lens_tensors").items():
+                for layer, tensors in lenses.items():
                     maps.add(layer, {last: tensors})
-        result.pop("lens_tensors", None)
         report["counts"][str(count)] = result
         print(f"\npositions per sentence: {count}  {json.dumps(cost)}")
         for method in ("mat", "tuned_lens"):
