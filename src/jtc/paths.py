@@ -20,6 +20,9 @@ PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per
 SHORTLIST = f"{RESULTS}/maps/{{model}}/{{corpus}}/shortlist.safetensors"
 SCORES = f"{RESULTS}/predictions/{{model}}/{{corpus}}/{{method}}.parquet"  # per position
 REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/replaced.parquet"
+# depth pruning: each span's maps and calibration statistics, the chosen spans, the runs
+PRUNING = f"{RESULTS}/pruning/{{model}}/{{corpus}}"
+PRUNED = f"{RESULTS}/pruned/{{model}}/{{corpus}}"  # the pruned model, a Hugging Face folder
 METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
 HEADLINE = f"{RESULTS}/metrics/headline.parquet"  # the headline numbers of every model, corpus
@@ -34,6 +37,11 @@ def metric(name: str) -> str:
 def figure(name: str) -> str:
     """The pattern of a figure, e.g. figure("r2_{method}.png")."""
     return f"{FIGURES}/{name}"
+
+
+def pruning(name: str) -> str:
+    """The pattern of a depth-pruning file, e.g. pruning("maps.safetensors")."""
+    return f"{PRUNING}/{name}"
 
 
 def under(results: str | Path, pattern: str, **wildcards: object) -> Path:

@@ -135,3 +135,49 @@ class ExampleSettings(Settings):
     """Validation sentences shown."""
     example_layers: tuple[int, ...]
     """Layers shown; empty: about 1/6, 1/3, 1/2 and 2/3 of the depth."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationSettings(Settings):
+    """Depth pruning's calibration (config pruning): the span maps, fitted on every token of the
+    calibration sentences, and the statistics that choose a span."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    lengths: tuple[int, ...]
+    """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
+    variants: tuple[str, ...]
+    """What stands in for the removed blocks (drop, mat, replaceme, rrr)."""
+    rank: int | None
+    """rrr's rank; None: NJTC's, floor(d/100)."""
+    calibration_sentences: int
+    """Training sentences (the first of the split) whose every token is used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanRunSettings(Settings):
+    """Depth pruning's evaluation runs (config pruning): every span of every length and
+    variant, and the spans the selection rules chose, on the evaluation sentences."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    lengths: tuple[int, ...]
+    """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
+    variants: tuple[str, ...]
+    """What stands in for the removed blocks."""
+    evaluation_sentences: int
+    """Validation sentences (the first of the split) whose every token is scored."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings(Settings):
+    """The pruned model the workflow writes (config pruning, `snakemake pruned`)."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    export_length: int | None
+    """Blocks removed; None: the configured length closest to a quarter of the depth."""
+    export_selection: str
+    """The selection rule that chooses the span (on calibration sentences)."""
+    export_variant: str
+    """replaceme (the map folded into the block before the span) or drop."""

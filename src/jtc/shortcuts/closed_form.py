@@ -41,7 +41,7 @@ class SourceSolver:
         try:
             self.factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
             # a factorisation of a near-singular Gram matrix succeeds but is unreliable
-            if not _well_conditioned(self.factor[0], np.abs(gram).sum(0).max()):
+            if not well_conditioned(self.factor[0], np.abs(gram).sum(0).max()):
                 raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
         except (np.linalg.LinAlgError, ValueError):
             # rank-deficient (constant dimension, fewer samples than width): minimum-norm solution
@@ -64,7 +64,7 @@ class SourceSolver:
         return np.asarray(y, dtype=np.float64).T @ self.projection.T
 
 
-def _well_conditioned(upper_factor: np.ndarray, gram_norm: float) -> bool:
+def well_conditioned(upper_factor: np.ndarray, gram_norm: float) -> bool:
     """Whether LAPACK's estimate of the Gram matrix's condition number (from its upper
     Cholesky factor and its 1-norm) is at most MAX_CONDITION."""
     rcond, info = scipy.linalg.lapack.dpocon(upper_factor, gram_norm)
@@ -86,7 +86,7 @@ class TorchSourceSolver:
         finite = bool(torch.isfinite(gram).all())
         gram_norm = float(gram.abs().sum(0).max())
         self.method = "cholesky"
-        if finite and int(info) == 0 and _well_conditioned(factor.cpu().numpy(), gram_norm):
+        if finite and int(info) == 0 and well_conditioned(factor.cpu().numpy(), gram_norm):
             self.projection = torch.cholesky_solve(self.x.T, factor, upper=True)
         else:
             self.method = "pinv"
@@ -174,14 +174,14 @@ def _eigh_top(m: np.ndarray, rank: int) -> np.ndarray:
     return vectors * np.where(pivot < 0, -1.0, 1.0)
 
 
-def _reduced_rank_parts(w_t: np.ndarray, gram: np.ndarray, rank: int) -> tuple[np.ndarray, ...]:
+def reduced_rank_parts(w_t: np.ndarray, gram: np.ndarray, rank: int) -> tuple[np.ndarray, ...]:
     """(down (r, d_in), up (d_out, r)) in float64 from the least-squares W^T (d_out, d_in)."""
     up = _eigh_top(w_t @ (gram @ w_t.T), min(rank, len(w_t)))
     return up.T @ w_t, up
 
 
 def _reduced_rank_parts_torch(w_t: torch.Tensor, gram: torch.Tensor, rank: int):
-    """_reduced_rank_parts on a torch device, float64 (torch.linalg.eigh: all eigenvectors)."""
+    """reduced_rank_parts on a torch device, float64 (torch.linalg.eigh: all eigenvectors)."""
     import torch
 
     m = w_t @ (gram @ w_t.T)
@@ -236,7 +236,7 @@ def fit_source_reduced_rank(
         return maps, solver.method
     solver = SourceSolver(x)
     for layer, w_t in _solved(solver, targets):
-        down, up = _reduced_rank_parts(w_t, solver.gram, rank)
+        down, up = reduced_rank_parts(w_t, solver.gram, rank)
         maps[layer] = {
             "down.weight": down.astype(np.float32),
             "up.weight": up.astype(np.float32),
@@ -260,7 +260,7 @@ def reduced_rank(
         parts = _reduced_rank_parts_torch(solver.solve_transposed_on_device(y), solver.gram, rank)
         return _float64_numpy(parts)
     solver = SourceSolver(x)
-    return _reduced_rank_parts(solver.solve_transposed(y), solver.gram, rank)
+    return reduced_rank_parts(solver.solve_transposed(y), solver.gram, rank)
 
 
 def _with_ones(x: np.ndarray) -> np.ndarray:

@@ -128,27 +128,53 @@ def lambda_problem(early_exit: dict[str, Any]) -> str | None:
     return None
 
 
-def submodule_problem(config: dict[str, Any]) -> str | None:
-    """Sub-module shortcuts asked of a model or corpus that is not configured, or of a model
-    that cannot be scored (no prediction)."""
-    section = config["submodules"]
+def _listed_problem(config: dict[str, Any], block: str) -> str | None:
+    """A block (submodules, pruning) that lists a model or corpus that is not configured, or a
+    model that cannot be scored (predict false)."""
+    section = config[block]
     for kind in ("models", "corpora"):
         unknown = [x for x in section[kind] if x not in config[kind]]
         if unknown:
             return (
-                f"config key 'submodules.{kind}': {unknown} not in '{kind}' "
+                f"config key '{block}.{kind}': {unknown} not in '{kind}' "
                 f"({', '.join(config[kind])})"
             )
     no_head = [m for m in section["models"] if not config["models"][m]["predict"]]
     if no_head:
         return (
-            f"config key 'submodules.models': {no_head} have predict false; replaced runs are "
+            f"config key '{block}.models': {no_head} have predict false; these runs are "
             "scored through the model's decoder head"
         )
+    return None
+
+
+def submodule_problem(config: dict[str, Any]) -> str | None:
+    """Sub-module shortcuts asked of a model or corpus that is not configured, of a model that
+    cannot be scored (no prediction), or of more sentences than the validation split has."""
+    section = config["submodules"]
+    problem = _listed_problem(config, "submodules")
+    if problem:
+        return problem
     if section["sentences"] and section["sentences"] > config["sizes"]["validation"]:
         return (
             f"config key 'submodules.sentences': {section['sentences']} is more than the "
             f"{config['sizes']['validation']} validation sentences (sizes.validation)"
+        )
+    return None
+
+
+def pruning_config_problem(config: dict[str, Any]) -> str | None:
+    """Depth pruning asked of a model or corpus that is not configured or of a model that
+    cannot be scored, or an exported length that is not evaluated."""
+    section = config["pruning"]
+    problem = _listed_problem(config, "pruning")
+    if problem:
+        return problem
+    length, lengths = section["export_length"], section["lengths"]
+    if length is not None and lengths and length not in lengths:
+        return (
+            f"config key 'pruning.export_length': {length} is not one of pruning.lengths "
+            f"{lengths}: a span is chosen only for the lengths evaluated"
         )
     return None
 
@@ -275,7 +301,11 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     checked["training"] = {
         name: training_settings(checked, name) for name, m in METHODS.items() if m.defaults
     }
-    problem = submodule_problem(checked) or lambda_problem(checked["early_exit"])
+    problem = (
+        submodule_problem(checked)
+        or pruning_config_problem(checked)
+        or lambda_problem(checked["early_exit"])
+    )
     if problem:
         raise ConfigError(problem)
     for name, corpus in checked["corpora"].items():

@@ -1,0 +1,172 @@
+"""The tables of depth pruning: each run's scores on the evaluation sentences (summed per
+sentence by jtc.shortcuts.span_runs) as token-weighted means with paired bootstrap intervals
+over sentences, beside the calibration statistics of its span (one row per variant, length and
+start), and the spans each selection rule chose (one row per length, rule and variant)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from jtc.files.io import rows_table
+from jtc.settings import IntervalSettings
+
+# the calibration statistics of every span (jtc.stages.pruning.calibrate_pruning)
+CALIBRATION_COLUMNS = {
+    "variant": pa.string(),
+    "start": pa.int64(),
+    "length": pa.int64(),
+    "removed": pa.string(),
+    "angular_distance": pa.float64(),  # UIDL: mean arccos(cos(h_i, h_{i+n}))/π, every token
+    "block_influence": pa.float64(),  # ShortGPT: Block Influence summed over the span
+    "calibration_loss": pa.float64(),  # ||ĥ_{i+n} - h_{i+n}||² / ||h_{i+n}||², the variant's
+    "solver": pa.string(),  # cholesky, pinv (fewer calibration tokens than the width), none
+    "calibration_tokens": pa.int64(),
+}
+SELECTION_COLUMNS = {
+    "length": pa.int64(),
+    "selection": pa.string(),
+    "variant": pa.string(),
+    "start": pa.int64(),  # -1: the removed blocks are not consecutive
+    "removed": pa.string(),
+}
+# each metric: a token-weighted mean, and its interval
+METRICS = ("cross_entropy", "cross_entropy_full", "perplexity_ratio", "top1_agreement", "kl")
+_SCORES = {
+    "sentences": pa.int64(),
+    "tokens": pa.int64(),
+    "overflowed": pa.int64(),  # positions whose logits were not finite, left out
+    **{f"{m}{end}": pa.float64() for m in METRICS for end in ("", "_low", "_high")},
+}
+SPAN_COLUMNS = {
+    "model": pa.string(),
+    "corpus": pa.string(),
+    "variant": pa.string(),
+    "length": pa.int64(),
+    "start": pa.int64(),
+    "removed": pa.string(),
+    "fraction_removed": pa.float64(),
+    **_SCORES,
+    "angular_distance": pa.float64(),
+    "block_influence": pa.float64(),
+    "calibration_loss": pa.float64(),
+}
+SELECTED_COLUMNS = {
+    "model": pa.string(),
+    "corpus": pa.string(),
+    "length": pa.int64(),
+    "fraction_removed": pa.float64(),
+    "selection": pa.string(),
+    "variant": pa.string(),
+    "start": pa.int64(),
+    "removed": pa.string(),
+    **_SCORES,
+}
+_SUMS = ("tokens", "cross_entropy", "cross_entropy_full", "kl", "agreement")
+
+
+def _means(sums: np.ndarray) -> np.ndarray:
+    """The metrics (METRICS order) from summed (tokens, ce, ce_full, kl, agreement), (..., 5)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tokens = sums[..., 0]
+        ce, ce_full = sums[..., 1] / tokens, sums[..., 2] / tokens
+        return np.stack(
+            [ce, ce_full, np.exp(ce - ce_full), sums[..., 4] / tokens, sums[..., 3] / tokens], -1
+        )
+
+
+def run_scores(
+    runs: pa.Table, settings: IntervalSettings, seed: int
+) -> dict[tuple[str, str], dict[str, float | int]]:
+    """{(variant, removed): scores} of every run: the token-weighted means of METRICS and their
+    intervals, from the same bootstrap resamples of the sentences for every run (paired)."""
+    variants = runs.column("variant").to_pylist()
+    removed = runs.column("removed").to_pylist()
+    keys = list(dict.fromkeys(zip(variants, removed, strict=True)))
+    sentences = list(dict.fromkeys(runs.column("sentence_id").to_pylist()))
+    index = {s: k for k, s in enumerate(sentences)}
+    sums = np.zeros((len(keys), len(sentences), len(_SUMS)))
+    overflowed = np.zeros(len(keys), dtype=np.int64)
+    where = {key: k for k, key in enumerate(keys)}
+    rows = [where[key] for key in zip(variants, removed, strict=True)]
+    columns = np.stack([runs.column(c).to_numpy().astype(np.float64) for c in _SUMS], 1)
+    order = [index[s] for s in runs.column("sentence_id").to_pylist()]
+    np.add.at(sums, (rows, order), columns)
+    np.add.at(overflowed, rows, runs.column("overflowed").to_numpy())
+    rng = np.random.default_rng(seed)
+    counts = np.stack(
+        [
+            np.bincount(rng.integers(len(sentences), size=len(sentences)), minlength=len(sentences))
+            for _ in range(settings.bootstrap)
+        ]
+    ).astype(np.float64)
+    mean = _means(sums.sum(1))  # (runs, metrics)
+    resampled = _means(np.einsum("bs,rsk->rbk", counts, sums))  # (runs, resamples, metrics)
+    tail = (1.0 - settings.confidence_level) / 2.0
+    with np.errstate(invalid="ignore"):
+        low, high = np.nanquantile(resampled, [tail, 1.0 - tail], axis=1)
+    out = {}
+    for k, key in enumerate(keys):
+        scores: dict[str, float | int] = {
+            "sentences": len(sentences),
+            "tokens": int(sums[k, :, 0].sum()),
+            "overflowed": int(overflowed[k]),
+        }
+        for m, name in enumerate(METRICS):
+            scores |= {name: mean[k, m], f"{name}_low": low[k, m], f"{name}_high": high[k, m]}
+        out[key] = scores
+    return out
+
+
+def span_table(
+    scores: dict[tuple[str, str], dict[str, float | int]],
+    calibration: pa.Table,
+    *,
+    model: str,
+    corpus: str,
+    num_layers: int,
+) -> pa.Table:
+    """One row per (variant, length, start) of the calibration table, with its run's scores."""
+    rows = []
+    for span in calibration.to_pylist():
+        run = scores.get((span["variant"], span["removed"]))
+        if run is None:
+            raise ValueError(
+                f"no evaluation run of {span['variant']} with blocks {span['removed']} removed"
+            )
+        rows.append(
+            {
+                "model": model,
+                "corpus": corpus,
+                **span,
+                "fraction_removed": span["length"] / num_layers,
+                **run,
+            }
+        )
+    rows.sort(key=lambda r: (r["variant"], r["length"], r["start"]))
+    return rows_table(rows, SPAN_COLUMNS)
+
+
+def selected_table(
+    scores: dict[tuple[str, str], dict[str, float | int]],
+    selection: pa.Table,
+    *,
+    model: str,
+    corpus: str,
+    num_layers: int,
+) -> pa.Table:
+    """One row per (length, selection rule, variant): the span the rule chose on calibration
+    sentences and its scores on the evaluation sentences."""
+    rows = []
+    for chosen in selection.to_pylist():
+        run = scores[chosen["variant"], chosen["removed"]]
+        rows.append(
+            {
+                "model": model,
+                "corpus": corpus,
+                **chosen,
+                "fraction_removed": chosen["length"] / num_layers,
+                **run,
+            }
+        )
+    return rows_table(rows, SELECTED_COLUMNS)

@@ -1,0 +1,176 @@
+"""Depth pruning with linear shortcuts (docs/method.md, "Depth pruning"): the maps that stand in
+for a span of blocks, fitted from float64 sums over calibration tokens, and the statistics that
+choose a span (numpy and scipy, no torch; jtc.shortcuts.spans says which spans there are).
+
+Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the embeddings). A span
+(start i, length n) removes blocks i+1..i+n, and a variant stands in for them:
+
+    drop       h_{i+n} := h_i                                    (ShortGPT, UIDL)
+    mat        h_{i+n} := h_i A, least squares without intercept  (jtc's map between the states)
+    rrr        the same with A of rank r, reduced-rank regression
+    replaceme  h_{i+n} := r_i + X_i T, X_i block i's feed-forward output before its residual add
+               and r_i = h_i - X_i the stream it is added to (ReplaceMe); T folds into block
+               i's last feed-forward linear layer, so the pruned model is a standard checkpoint
+
+Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ or Tᵀ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from jtc.shortcuts.closed_form import reduced_rank_parts, well_conditioned
+from jtc.shortcuts.spans import NONCONTIGUOUS, VARIANTS
+
+
+@dataclass
+class SpanGrams:
+    """Sums over calibration tokens, float64: what every span's fit and statistics need.
+
+    `squares[l]` = Σ ||h_l||²; for pairs (i, j): `dots` Σ h_i·h_j, `cosines` Σ cos(h_i, h_j),
+    `angles` Σ arccos(cos(h_i, h_j))/π; the d × d matrices `state_grams[i]` Σ h_iᵀh_i,
+    `state_cross[i, j]` Σ h_iᵀh_j (mat, rrr), and for replaceme `ffn_grams[i]` Σ X_iᵀX_i,
+    `ffn_cross[i, j]` Σ X_iᵀh_j, `ffn_own[i]` Σ X_iᵀh_i (row vectors, X_i block i's
+    feed-forward output before its residual add)."""
+
+    num_layers: int
+    tokens: int = 0
+    squares: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dots: dict[tuple[int, int], float] = field(default_factory=dict)
+    cosines: dict[tuple[int, int], float] = field(default_factory=dict)
+    angles: dict[tuple[int, int], float] = field(default_factory=dict)
+    state_grams: dict[int, np.ndarray] = field(default_factory=dict)
+    state_cross: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    ffn_grams: dict[int, np.ndarray] = field(default_factory=dict)
+    ffn_cross: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    ffn_own: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def angular_distance(self, start: int, length: int) -> float:
+        """UIDL's mean arccos(cos(h_i, h_{i+n}))/π over calibration tokens (every token)."""
+        return self.angles[start, start + length] / self.tokens
+
+    def block_influence(self) -> np.ndarray:
+        """ShortGPT's Block Influence of blocks 1..L: 1 - mean cos(h_{l-1}, h_l)."""
+        return np.array(
+            [1.0 - self.cosines[b - 1, b] / self.tokens for b in range(1, self.num_layers + 1)]
+        )
+
+
+def solve_gram(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarray, str]:
+    """(W (d_in, d_out), how) minimising ||X W - Y||² from G = XᵀX and C = XᵀY: through a
+    Cholesky factorisation of G, or G's pseudo-inverse (the minimum-norm solution) when G is
+    singular or ill-conditioned (jtc.shortcuts.closed_form's rule)."""
+    try:
+        factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
+        if not well_conditioned(factor[0], np.abs(gram).sum(0).max()):
+            raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
+    except (np.linalg.LinAlgError, ValueError):
+        # eigenvalues of a computed Gram matrix below d·eps of the largest are rounding noise
+        tolerance = len(gram) * np.finfo(np.float64).eps
+        return np.linalg.pinv(gram, rtol=tolerance, hermitian=True) @ cross, "pinv"
+    return scipy.linalg.cho_solve(factor, cross, check_finite=False), "cholesky"
+
+
+@dataclass(frozen=True)
+class SpanFit:
+    """A variant's stand-in for blocks start+1..start+length: its map's tensors (the parts of
+    jtc.shortcuts.maps.ShortcutMap; none for drop), the solver used, and its calibration loss,
+    ||ĥ_{i+n} - h_{i+n}||² / ||h_{i+n}||² over calibration tokens (the variant's own error in
+    the residual stream after the replacement)."""
+
+    variant: str
+    start: int
+    length: int
+    tensors: dict[str, np.ndarray]
+    solver: str
+    loss: float
+
+
+def _squared_error(yy: float, w: np.ndarray, cross: np.ndarray, gram: np.ndarray) -> float:
+    """||Y - X W||² from ||Y||², XᵀY and XᵀX."""
+    return yy - 2.0 * float(np.sum(w * cross)) + float(np.sum(w * (gram @ w)))
+
+
+def fit_span(grams: SpanGrams, variant: str, start: int, length: int, rank: int) -> SpanFit:
+    """A variant's map for one span, from the calibration sums (`rank`: rrr's)."""
+    i, j = start, start + length
+    yy = float(grams.squares[j])
+    if variant == "drop":
+        error = yy - 2.0 * grams.dots[i, j] + float(grams.squares[i])
+        return SpanFit(variant, start, length, {}, "none", max(error, 0.0) / yy)
+    if variant in ("mat", "rrr"):
+        gram, cross = grams.state_grams[i], grams.state_cross[i, j]
+        w, solver = solve_gram(gram, cross)
+        if variant == "rrr":
+            down, up = reduced_rank_parts(w.T, gram, rank)
+            w = (up @ down).T
+            tensors = {"down.weight": down, "up.weight": up}
+        else:
+            tensors = {"weight": w.T}
+        error = _squared_error(yy, w, cross, gram)
+        return SpanFit(variant, start, length, tensors, solver, max(error, 0.0) / yy)
+    if variant == "replaceme":
+        if i < 1:
+            raise ValueError("replaceme needs start >= 1: block 0 (the embeddings) has no MLP")
+        gram = grams.ffn_grams[i]
+        # the target is Z = h_j - r_i = h_j - h_i + X_i
+        cross = grams.ffn_cross[i, j] - grams.ffn_own[i] + gram
+        t, solver = solve_gram(gram, cross)
+        zz = (
+            yy
+            + float(grams.squares[i])
+            + float(np.trace(gram))
+            - 2.0 * grams.dots[i, j]
+            + 2.0 * float(np.trace(grams.ffn_cross[i, j]))
+            - 2.0 * float(np.trace(grams.ffn_own[i]))
+        )
+        error = _squared_error(zz, t, cross, gram)
+        return SpanFit(variant, start, length, {"weight": t.T}, solver, max(error, 0.0) / yy)
+    raise ValueError(f"unknown pruning variant '{variant}'; known: {', '.join(VARIANTS)}")
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The span a selection rule chose for one length and variant: its removed blocks
+    (1-based), and its start (-1 when the blocks are not consecutive)."""
+
+    length: int
+    selection: str
+    variant: str
+    start: int
+    removed: tuple[int, ...]
+
+
+def select_spans(
+    grams: SpanGrams, fits: Sequence[SpanFit], lengths: Sequence[int], variants: Sequence[str]
+) -> list[Selected]:
+    """For each length and variant, the span each rule chooses, from calibration statistics
+    only: the smallest angular distance (UIDL), the smallest Block Influence summed over the
+    span (ShortGPT), the smallest calibration loss of the variant itself (measured); and for
+    drop, ShortGPT's n blocks of lowest Block Influence, consecutive or not. Ties go to the
+    earliest start."""
+    influence = grams.block_influence()
+    chosen = []
+    for n in sorted(set(lengths)):
+        for variant in variants:
+            own = [f for f in fits if f.variant == variant and f.length == n]
+            scores = {
+                "angular_distance": [grams.angular_distance(f.start, n) for f in own],
+                "block_influence": [influence[f.start : f.start + n].sum() for f in own],
+                "measured": [f.loss for f in own],
+            }
+            for selection, values in scores.items():
+                best = own[int(np.argmin(values))]
+                blocks = tuple(range(best.start + 1, best.start + n + 1))
+                chosen.append(Selected(n, selection, variant, best.start, blocks))
+            if variant == "drop":
+                lowest = np.argsort(influence, kind="stable")[:n] + 1
+                blocks = tuple(sorted(int(b) for b in lowest))
+                consecutive = blocks == tuple(range(blocks[0], blocks[0] + n))
+                start = blocks[0] - 1 if consecutive else -1
+                chosen.append(Selected(n, NONCONTIGUOUS, variant, start, blocks))
+    return chosen

@@ -1,0 +1,342 @@
+"""Depth pruning with a model (torch): the calibration sums that the span maps are fitted from,
+in one streaming pass over every token of the calibration sentences, and the evaluation runs
+with a span of blocks replaced, scored at every token (jtc.shortcuts.pruning has the maps and
+the selection rules).
+
+Both use forward hooks only. A batch runs once unmodified, which gives h_0..h_L and every
+block's feed-forward output X_l at every position; a span (i, n) then runs only blocks
+i+n+1..L, from the stand-in for h_{i+n} that its variant computes from h_i (and X_i).
+Memory: the sums hold StatisticsPlan.matrices() d × d float64 matrices on the model's device;
+a batch holds (2L + 1) × tokens × d float32 states and, per run, one chunk of logits.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import nn
+
+from jtc.data.extract import padded_batches
+from jtc.evaluation.decode import final_reference, score
+from jtc.files.io import rows_table
+from jtc.logs import Progress
+from jtc.model.adapters import Adapter
+from jtc.model.head import Head
+from jtc.model.hooks import hidden_input, hidden_output
+from jtc.shortcuts.maps import ShortcutMap
+from jtc.shortcuts.pruning import SpanGrams
+from jtc.shortcuts.spans import StatisticsPlan, removed_label
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _every_state(model: nn.Module, adapter: Adapter, ffn: bool) -> Iterator[dict]:
+    """Hooks that keep, for each forward pass, h_0..h_L (`"states"`, float32, at every position)
+    and, with `ffn`, each block's feed-forward output X_1..X_L (`"ffn"`, index l - 1)."""
+    blocks = adapter.blocks(model)
+    kept: dict[str, list] = {"states": [None] * (len(blocks) + 1), "ffn": [None] * len(blocks)}
+
+    def keep(kind: str, index: int, value: torch.Tensor) -> None:
+        kept[kind][index] = value.detach().float()
+
+    handles = [
+        blocks[0].register_forward_pre_hook(
+            lambda m, args, kwargs: keep("states", 0, hidden_input(args, kwargs)),
+            with_kwargs=True,
+        )
+    ]
+    for layer, block in enumerate(blocks, 1):
+        handles.append(
+            block.register_forward_hook(
+                lambda m, a, out, layer=layer: keep("states", layer, hidden_output(out))
+            )
+        )
+        if ffn:
+            _, last = adapter.part("ffn").modules(block)
+            handles.append(
+                last.register_forward_hook(
+                    lambda m, a, out, layer=layer: keep("ffn", layer - 1, hidden_output(out))
+                )
+            )
+    try:
+        yield kept
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _tokens(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The rows of the real tokens of a batch (B, T, d) -> (N, d), float64."""
+    return states[mask.bool()].double()
+
+
+@torch.inference_mode()
+def span_statistics(
+    model: nn.Module,
+    adapter: Adapter,
+    inputs: list[np.ndarray],
+    plan: StatisticsPlan,
+    batch_size: int,
+    pad_id: int,
+) -> SpanGrams:
+    """The sums of `plan` over every token of the sequences `inputs` (token ids), float64,
+    accumulated batch by batch on the model's device."""
+    blocks = adapter.blocks(model)
+    backbone = adapter.backbone(model)
+    device = next(model.parameters()).device
+    width = model.config.hidden_size
+    num_layers = len(blocks)
+
+    def zeros() -> torch.Tensor:
+        return torch.zeros((width, width), dtype=torch.float64, device=device)
+
+    squares = torch.zeros(num_layers + 1, dtype=torch.float64, device=device)
+    scalars = {key: torch.zeros(3, dtype=torch.float64, device=device) for key in plan.pairs}
+    state_grams = {i: zeros() for i in plan.state_sources}
+    state_cross = {key: zeros() for key in plan.state_pairs}
+    ffn_grams = {i: zeros() for i in plan.ffn_blocks}
+    ffn_own = {i: zeros() for i in plan.ffn_blocks}
+    ffn_cross = {key: zeros() for key in plan.ffn_pairs}
+    tokens = 0
+    progress = Progress(len(inputs), "calibrate", "sentences")
+    with _every_state(model, adapter, ffn=bool(plan.ffn_blocks)) as kept:
+        for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
+            mask = mask.to(device)
+            backbone(input_ids=ids.to(device), attention_mask=mask, use_cache=False)
+            h = [_tokens(s, mask) for s in kept["states"]]
+            tokens += len(h[0])
+            squares += torch.stack([(x * x).sum() for x in h])
+            norms = [x.norm(dim=1).clamp(min=torch.finfo(torch.float64).tiny) for x in h]
+            for (i, j), sums in scalars.items():
+                dots = (h[i] * h[j]).sum(1)
+                cos = (dots / (norms[i] * norms[j])).clamp(-1.0, 1.0)
+                sums += torch.stack([dots.sum(), cos.sum(), torch.arccos(cos).sum() / np.pi])
+            for i, gram in state_grams.items():
+                gram += h[i].T @ h[i]
+            for (i, j), cross in state_cross.items():
+                cross += h[i].T @ h[j]
+            for i in plan.ffn_blocks:
+                x = _tokens(kept["ffn"][i - 1], mask)
+                ffn_grams[i] += x.T @ x
+                ffn_own[i] += x.T @ h[i]
+                for j in (j for k, j in plan.ffn_pairs if k == i):
+                    ffn_cross[i, j] += x.T @ h[j]
+            progress.update(len(rows))
+
+    def host(values: Mapping) -> dict:
+        return {key: value.cpu().numpy() for key, value in values.items()}
+
+    sums = {key: value.cpu().numpy() for key, value in scalars.items()}
+    return SpanGrams(
+        num_layers=num_layers,
+        tokens=tokens,
+        squares=squares.cpu().numpy(),
+        dots={key: float(v[0]) for key, v in sums.items()},
+        cosines={key: float(v[1]) for key, v in sums.items()},
+        angles={key: float(v[2]) for key, v in sums.items()},
+        state_grams=host(state_grams),
+        state_cross=host(state_cross),
+        ffn_grams=host(ffn_grams),
+        ffn_cross=host(ffn_cross),
+        ffn_own=host(ffn_own),
+    )
+
+
+@dataclass(frozen=True)
+class SpanRun:
+    """One evaluation run: `removed` blocks (1-based) taken out and, for a span (start >= 0,
+    blocks start+1..start+length), the variant's map standing in for them (None: drop)."""
+
+    variant: str
+    start: int
+    length: int
+    removed: tuple[int, ...]
+    shortcut: ShortcutMap | None = None
+
+    @classmethod
+    def span(cls, variant: str, start: int, length: int, shortcut: ShortcutMap | None) -> SpanRun:
+        return cls(variant, start, length, tuple(range(start + 1, start + length + 1)), shortcut)
+
+
+def stand_in(
+    run: SpanRun,
+    linear: nn.Module | None,
+    states: Sequence[torch.Tensor],
+    ffn: Sequence[torch.Tensor | None],
+) -> torch.Tensor:
+    """The state that replaces h_{i+n} in a span run, from the unmodified h_i (and X_i);
+    `linear` is the run's map as a torch module (None: drop)."""
+    h = states[run.start]
+    if linear is None:
+        return h
+    if run.variant == "replaceme":  # r_i + X_i T, r_i = h_i - X_i
+        x = ffn[run.start - 1]
+        return h - x + linear(x)
+    return linear(h)
+
+
+@contextmanager
+def _running(
+    model: nn.Module, adapter: Adapter, kept: Sequence[nn.Module], first_input: torch.Tensor | None
+) -> Iterator[dict]:
+    """The backbone runs only the blocks `kept`, in order, the first of them on `first_input`
+    (None: on what comes before it, the embeddings); the last one's output is kept
+    (`["final"]`)."""
+    out: dict[str, torch.Tensor] = {}
+
+    def substitute(module, args, kwargs):
+        hidden = hidden_input(args, kwargs)
+        new = first_input.to(hidden.device, hidden.dtype)
+        if args:
+            return (new, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": new}
+
+    def last(module, args, output):
+        out["final"] = hidden_output(output).float()
+
+    original = adapter.swap_blocks(model, list(kept))
+    handles = [kept[-1].register_forward_hook(last)]
+    if first_input is not None:
+        handles.append(kept[0].register_forward_pre_hook(substitute, with_kwargs=True))
+    try:
+        yield out
+    finally:
+        for handle in handles:
+            handle.remove()
+        adapter.swap_blocks(model, original)
+
+
+RUN_COLUMNS = {
+    "variant": pa.string(),
+    "start": pa.int64(),  # -1: blocks not consecutive
+    "length": pa.int64(),
+    "removed": pa.string(),  # blocks removed, 1-based ("13-20" or "5,9,14")
+    "sentence_id": pa.int64(),
+    "tokens": pa.int64(),  # positions scored (those with a next token)
+    "cross_entropy": pa.float64(),  # summed over the sentence's scored positions, nats
+    "cross_entropy_full": pa.float64(),  # the unpruned model's, same positions
+    "kl": pa.float64(),  # Σ KL(unpruned || pruned)
+    "agreement": pa.int64(),  # positions where the top-1 tokens agree
+    "overflowed": pa.int64(),  # positions whose logits were not finite (left out of the sums)
+}
+
+
+def _final_states(
+    model: nn.Module,
+    adapter: Adapter,
+    run: SpanRun,
+    linear: nn.Module | None,
+    states: Sequence[torch.Tensor],
+    ffn: Sequence[torch.Tensor | None],
+    call: Callable[[], object],
+) -> torch.Tensor:
+    """h_L at every position of the batch with the run's blocks removed and its stand-in."""
+    blocks = adapter.blocks(model)
+    removed = set(run.removed)
+    if run.start < 0:  # not consecutive: the other blocks run from the embeddings
+        kept = [b for n, b in enumerate(blocks, 1) if n not in removed]
+        first = None
+    else:
+        kept = list(blocks)[run.start + run.length :]
+        first = stand_in(run, linear, states, ffn)
+        if not kept:  # the span ends at the last block
+            return first
+    with _running(model, adapter, kept, first) as out:
+        call()
+    return out["final"]
+
+
+@torch.inference_mode()
+def span_scores(
+    model: nn.Module,
+    adapter: Adapter,
+    head: Head,
+    inputs: list[np.ndarray],
+    sentence_ids: np.ndarray,
+    runs: Sequence[SpanRun],
+    batch_size: int,
+    pad_id: int,
+) -> pa.Table:
+    """Every run on the sentences `inputs` (token ids), scored at every position that has a
+    next token against the unpruned model: per (run, sentence) the sums of RUN_COLUMNS."""
+    backbone = adapter.backbone(model)
+    device = next(model.parameters()).device
+    ffn = any(r.variant == "replaceme" for r in runs)
+    sums = np.zeros((len(runs), len(inputs), 5))  # tokens, ce, ce_full, kl, agreement
+    overflowed = np.zeros((len(runs), len(inputs)), dtype=np.int64)
+    linears = [None if r.shortcut is None else r.shortcut.to_torch(device=device) for r in runs]
+    started = time.perf_counter()
+    progress = Progress(len(inputs), "pruned runs", "sentences")
+    for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
+        ids, mask = ids.to(device), mask.to(device)
+
+        call = functools.partial(backbone, input_ids=ids, attention_mask=mask, use_cache=False)
+
+        with _every_state(model, adapter, ffn) as kept:
+            call()
+        states, ffn_out = kept["states"], kept["ffn"]
+        # scored positions: those whose next token is in the input
+        scored = mask.bool().clone()
+        scored[:, :-1] &= mask[:, 1:].bool()
+        scored[:, -1] = False
+        gold = ids[:, 1:][scored[:, :-1]].cpu().numpy()
+        owner = torch.nonzero(scored)[:, 0].cpu().numpy()  # batch row of each scored position
+        reference = final_reference(head, states[-1][scored].cpu().numpy(), 1)
+        full = score(head, reference, states[-1][scored].cpu().numpy(), gold)
+        for r, run in enumerate(runs):
+            final = _final_states(model, adapter, run, linears[r], states, ffn_out, call)
+            got = score(head, reference, final[scored].cpu().numpy(), gold)
+            finite = got["top1_id"] >= 0
+            values = np.stack(
+                [
+                    finite,
+                    np.where(finite, got["cross_entropy"], 0.0),
+                    np.where(finite, full["cross_entropy"], 0.0),
+                    np.where(finite, got["kl"], 0.0),
+                    finite & (got["final_rank"] == 1),
+                ],
+                axis=1,
+            )
+            for column in range(values.shape[1]):
+                np.add.at(sums[r, :, column], rows[owner], values[:, column])
+            np.add.at(overflowed[r], rows[owner], ~finite)
+        progress.update(len(rows))
+    log.info(
+        "%d runs on %d sentences: %.1f s", len(runs), len(inputs), time.perf_counter() - started
+    )
+    table = []
+    for r, run in enumerate(runs):
+        if overflowed[r].any():
+            log.warning(
+                "%s, blocks %s: %d positions overflowed (inf or NaN): left out of the sums",
+                run.variant,
+                removed_label(run.removed),
+                int(overflowed[r].sum()),
+            )
+        for s, sentence in enumerate(sentence_ids):
+            tokens, ce, ce_full, kl, agreement = sums[r, s]
+            table.append(
+                {
+                    "variant": run.variant,
+                    "start": run.start,
+                    "length": run.length,
+                    "removed": removed_label(run.removed),
+                    "sentence_id": int(sentence),
+                    "tokens": int(tokens),
+                    "cross_entropy": ce,
+                    "cross_entropy_full": ce_full,
+                    "kl": kl,
+                    "agreement": int(agreement),
+                    "overflowed": int(overflowed[r, s]),
+                }
+            )
+    return rows_table(table, RUN_COLUMNS)

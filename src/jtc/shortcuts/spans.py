@@ -1,0 +1,139 @@
+"""Which spans of blocks depth pruning removes (docs/method.md, "Depth pruning"): their lengths
+and starts, the blocks they remove, what a model must be to be pruned, and which calibration
+sums their fits need. Plain Python, so that the workflow can read it while it plans.
+
+Blocks are numbered 1..L; a span (start i, length n) removes blocks i+1..i+n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
+
+VARIANTS = ("drop", "mat", "replaceme", "rrr")
+# how a span is chosen for each length, on calibration sentences only
+SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
+# lowest_block_influence removes the n blocks of lowest Block Influence, not necessarily
+# consecutive: only dropping them is defined
+NONCONTIGUOUS = "lowest_block_influence"
+
+
+def default_lengths(num_layers: int) -> list[int]:
+    """About 1/8 and 1/4 of the depth (rounded, at least one block, fewer than all)."""
+    lengths = {max(1, round(num_layers / 8)), max(1, round(num_layers / 4))}
+    return sorted(n for n in lengths if n < num_layers)
+
+
+def resolved_lengths(lengths: Sequence[int], num_layers: int) -> list[int]:
+    """The configured lengths (config pruning.lengths), or the default ones when empty."""
+    return sorted(set(lengths)) or default_lengths(num_layers)
+
+
+def export_length(lengths: Sequence[int], num_layers: int) -> int:
+    """The length closest to a quarter of the depth (the shorter on a tie)."""
+    return min(sorted(lengths), key=lambda n: abs(n - num_layers / 4))
+
+
+def first_start(variant: str) -> int:
+    """The first start i a variant can use: replaceme needs block i's feed-forward output."""
+    return 1 if variant == "replaceme" else 0
+
+
+def spans(num_layers: int, lengths: Iterable[int], variant: str) -> list[tuple[int, int]]:
+    """Every (start, length) of a variant: 0 <= i (1 for replaceme), i + n <= L."""
+    return [
+        (start, n)
+        for n in sorted(set(lengths))
+        for start in range(first_start(variant), num_layers - n + 1)
+    ]
+
+
+def lengths_problem(num_layers: int, lengths: Sequence[int]) -> str | None:
+    """Why the configured lengths cannot be pruned from a model of `num_layers` blocks."""
+    for n in lengths:
+        if n >= num_layers:
+            return (
+                f"config key 'pruning.lengths': {n} blocks cannot be removed from a model of "
+                f"{num_layers} blocks (at most {num_layers - 1})"
+            )
+    return None
+
+
+def pruning_problem(
+    name: str, adapter: Adapter, num_layers: int, lengths: Sequence[int], variants: Sequence[str]
+) -> str | None:
+    """Why a resolved model cannot be pruned as configured: not a causal LM (every token is
+    scored on the next one), block parts unknown where replaceme needs the feed-forward
+    output, or lengths it does not have."""
+    if adapter.task != "causal":
+        return (
+            f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
+            "every token's next-token prediction, which needs a causal LM"
+        )
+    if "replaceme" in variants:
+        try:
+            part_adapter(adapter)
+        except UnsupportedArchitecture as err:
+            return (
+                f"config key 'pruning.variants': replaceme needs each block's feed-forward "
+                f"output, and model '{name}': {err}"
+            )
+    return lengths_problem(num_layers, lengths)
+
+
+def removed_label(blocks: Iterable[int]) -> str:
+    """The removed blocks (1-based) as text: "13-20" when consecutive, else "5,9,14"."""
+    blocks = sorted(blocks)
+    if len(blocks) > 1 and blocks == list(range(blocks[0], blocks[-1] + 1)):
+        return f"{blocks[0]}-{blocks[-1]}"
+    return ",".join(str(b) for b in blocks)
+
+
+def parse_removed(label: str) -> tuple[int, ...]:
+    """The blocks of a removed_label."""
+    if "-" in label:
+        first, last = label.split("-")
+        return tuple(range(int(first), int(last) + 1))
+    return tuple(int(b) for b in label.split(","))
+
+
+@dataclass(frozen=True)
+class StatisticsPlan:
+    """Which sums a set of spans and variants needs (what SpanGrams holds)."""
+
+    pairs: tuple[tuple[int, int], ...]  # (i, j) with scalar sums: every span, every block
+    state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, rrr)
+    state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n}
+    ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (replaceme)
+    ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
+
+    @classmethod
+    def of(cls, num_layers: int, lengths: Sequence[int], variants: Sequence[str]) -> StatisticsPlan:
+        blocks = {(b - 1, b) for b in range(1, num_layers + 1)}  # Block Influence
+        every = {(i, i + n) for v in VARIANTS for i, n in spans(num_layers, lengths, v)}
+        linear = [
+            (i, i + n)
+            for v in ("mat", "rrr")
+            if v in variants
+            for i, n in spans(num_layers, lengths, v)
+        ]
+        ffn = [(i, i + n) for i, n in spans(num_layers, lengths, "replaceme")]
+        ffn = ffn if "replaceme" in variants else []
+        return cls(
+            pairs=tuple(sorted(blocks | every)),
+            state_sources=tuple(sorted({i for i, _ in linear})),
+            state_pairs=tuple(sorted(set(linear))),
+            ffn_blocks=tuple(sorted({i for i, _ in ffn})),
+            ffn_pairs=tuple(sorted(set(ffn))),
+        )
+
+    def matrices(self) -> int:
+        """How many d × d float64 matrices the sums hold (memory: this × d² × 8 bytes)."""
+        return (
+            len(self.state_sources)
+            + len(self.state_pairs)
+            + 2 * len(self.ffn_blocks)
+            + len(self.ffn_pairs)
+        )

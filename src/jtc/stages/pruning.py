@@ -1,0 +1,266 @@
+"""Stages of workflow/rules/pruning.smk, depth pruning with linear shortcuts: fit every span's
+maps and selection statistics on calibration sentences, run every span on evaluation sentences,
+tabulate and plot the runs, and write a pruned model."""
+
+from __future__ import annotations
+
+
+def _every_token(tokenizer, info: dict, table, max_tokens: int) -> list:
+    """The token ids of each sentence (truncated to max_tokens): every position is used."""
+    from jtc.data.extract import prepare_sentences
+
+    # positions "all": nothing is drawn, so the seed plays no part
+    prepared, _ = prepare_sentences(tokenizer, info, table, 0, max_tokens, positions="all")
+    return prepared.inputs, prepared.sentence_ids
+
+
+def calibrate_pruning(
+    model_dir: str,
+    sentences: str,
+    maps_out: str,
+    calibration_out: str,
+    selection_out: str,
+    *,
+    model: str,
+    corpus: str,
+    settings: dict,
+    batch_size: int,
+    max_tokens: int,
+    threads: int,
+    device_map: str | None = None,
+) -> None:
+    """One pass over every token of the first `calibration_sentences` training sentences sums
+    what every span needs (jtc.shortcuts.span_runs.span_statistics); from those sums, each
+    variant's map for every span (`maps_out`), the span's statistics (`calibration_out`) and
+    the span each selection rule chooses for each length (`selection_out`)."""
+    import logging
+
+    from jtc.data.corpus import select_split
+    from jtc.evaluation.pruning import CALIBRATION_COLUMNS, SELECTION_COLUMNS
+    from jtc.files.io import read_table, rows_table, write_table
+    from jtc.logs import ready
+    from jtc.model.adapters import adapter_of
+    from jtc.model.cache import load_model
+    from jtc.settings import CalibrationSettings
+    from jtc.shortcuts.maps import SpanMapWriter
+    from jtc.shortcuts.methods import default_rank
+    from jtc.shortcuts.pruning import fit_span, select_spans
+    from jtc.shortcuts.span_runs import span_statistics
+    from jtc.shortcuts.spans import (
+        StatisticsPlan,
+        pruning_problem,
+        removed_label,
+        resolved_lengths,
+        spans,
+    )
+
+    log = logging.getLogger(__name__)
+    config = CalibrationSettings.of(settings)
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
+    adapter = adapter_of(info)
+    lengths = resolved_lengths(config.lengths, info["num_layers"])
+    problem = pruning_problem(model, adapter, info["num_layers"], lengths, config.variants)
+    if problem:
+        raise ValueError(problem)
+    ready()
+    table = select_split(read_table(sentences), "train", config.calibration_sentences, corpus)
+    inputs, _ = _every_token(tokenizer, info, table, max_tokens)
+    num_layers, width = info["num_layers"], info["hidden_size"]
+    plan = StatisticsPlan.of(num_layers, lengths, config.variants)
+    log.info(
+        "calibration sums: %d d × d float64 matrices, %.2f GB",
+        plan.matrices(),
+        plan.matrices() * width * width * 8 / 1e9,
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad)
+    rank = config.rank or default_rank(width)
+    fits = [
+        fit_span(grams, variant, start, n, rank)
+        for variant in config.variants
+        for start, n in spans(num_layers, lengths, variant)
+    ]
+    influence = grams.block_influence()
+    meta = {"model": model, "corpus": corpus, "calibration_tokens": grams.tokens, "rank": rank}
+    with SpanMapWriter(maps_out, meta) as writer:
+        for fit in fits:
+            if fit.tensors:
+                writer.add(fit.variant, fit.start, fit.length, fit.tensors)
+    rows = [
+        {
+            "variant": fit.variant,
+            "start": fit.start,
+            "length": fit.length,
+            "removed": removed_label(range(fit.start + 1, fit.start + fit.length + 1)),
+            "angular_distance": grams.angular_distance(fit.start, fit.length),
+            "block_influence": float(influence[fit.start : fit.start + fit.length].sum()),
+            "calibration_loss": fit.loss,
+            "solver": fit.solver,
+            "calibration_tokens": grams.tokens,
+        }
+        for fit in fits
+    ]
+    write_table(rows_table(rows, CALIBRATION_COLUMNS), calibration_out)
+    chosen = [
+        {
+            "length": s.length,
+            "selection": s.selection,
+            "variant": s.variant,
+            "start": s.start,
+            "removed": removed_label(s.removed),
+        }
+        for s in select_spans(grams, fits, lengths, config.variants)
+    ]
+    write_table(rows_table(chosen, SELECTION_COLUMNS), selection_out)
+
+
+def run_pruned(
+    model_dir: str,
+    sentences: str,
+    maps: str,
+    selection: str,
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    settings: dict,
+    batch_size: int,
+    max_tokens: int,
+    threads: int,
+    device_map: str | None = None,
+) -> None:
+    """Every span of every variant, and the blocks each selection rule chose, removed in turn
+    from the model on the first `evaluation_sentences` validation sentences, every token scored
+    against the unpruned model (jtc.shortcuts.span_runs.span_scores)."""
+    from jtc.data.corpus import select_split
+    from jtc.data.extract import pad_token_id
+    from jtc.files.io import CorruptFileError, read_table, write_table
+    from jtc.logs import ready
+    from jtc.model.adapters import adapter_of
+    from jtc.model.cache import load_model
+    from jtc.model.head import load_decoder_head
+    from jtc.settings import SpanRunSettings
+    from jtc.shortcuts.maps import load_span_maps
+    from jtc.shortcuts.span_runs import SpanRun, span_scores
+    from jtc.shortcuts.spans import parse_removed, resolved_lengths, spans
+
+    config = SpanRunSettings.of(settings)
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
+    adapter = adapter_of(info)
+    head = load_decoder_head(model_dir, model, threads, None if device_map else net)
+    ready()
+    num_layers = info["num_layers"]
+    lengths = resolved_lengths(config.lengths, num_layers)
+    span_maps = load_span_maps(maps)
+    runs = []
+    for variant in config.variants:
+        for start, n in spans(num_layers, lengths, variant):
+            shortcut = span_maps.get((variant, start, n))
+            if shortcut is None and variant != "drop":
+                raise CorruptFileError(
+                    f"{maps} holds no {variant} map for blocks {start + 1}-{start + n}: it was "
+                    "written for other pruning settings; rerun calibrate_pruning"
+                )
+            runs.append(SpanRun.span(variant, start, n, shortcut))
+    chosen = read_table(selection).to_pylist()
+    for row in chosen:
+        if row["start"] < 0:  # blocks not consecutive (drop only)
+            runs.append(SpanRun("drop", -1, row["length"], parse_removed(row["removed"])))
+    table = select_split(read_table(sentences), "validation", config.evaluation_sentences, corpus)
+    inputs, ids = _every_token(tokenizer, info, table, max_tokens)
+    scores = span_scores(net, adapter, head, inputs, ids, runs, batch_size, pad_token_id(tokenizer))
+    write_table(scores, out)
+
+
+def pruning_tables(
+    runs: str,
+    calibration: str,
+    selection: str,
+    spans_out: str,
+    selected_out: str,
+    *,
+    model: str,
+    corpus: str,
+    num_layers: int,
+    settings: dict,
+    seed: int,
+) -> None:
+    """The span table (every variant, length and start) and the selected table (every length,
+    selection rule and variant), with paired bootstrap intervals over sentences."""
+    from jtc.evaluation.pruning import run_scores, selected_table, span_table
+    from jtc.files.io import read_table, write_table
+    from jtc.logs import ready
+    from jtc.settings import IntervalSettings
+
+    ready()
+    scores = run_scores(read_table(runs), IntervalSettings.of(settings), seed)
+    names = {"model": model, "corpus": corpus, "num_layers": num_layers}
+    write_table(span_table(scores, read_table(calibration), **names), spans_out, csv=True)
+    write_table(selected_table(scores, read_table(selection), **names), selected_out, csv=True)
+
+
+def plot_pruning(
+    spans: str,
+    selected: str,
+    spans_png: str,
+    spans_pdf: str,
+    selected_png: str,
+    selected_pdf: str,
+    *,
+    model: str,
+    corpus: str,
+) -> None:
+    """Perplexity ratio by start and length per variant; and by blocks removed per rule."""
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.report.plots import pruning_selection_figure, pruning_span_figure
+
+    ready()
+    title = f"{model} on {corpus}"
+    pruning_span_figure(read_table(spans), title, spans_png, spans_pdf)
+    pruning_selection_figure(read_table(selected), title, selected_png, selected_pdf)
+
+
+def export_pruned(
+    model_dir: str,
+    maps: str,
+    selection: str,
+    out: str,
+    *,
+    model: str,
+    settings: dict,
+    lengths: list[int],
+) -> None:
+    """The pruned model as a Hugging Face folder (jtc.shortcuts.pruned_model.write_pruned): the
+    span of `export_length` blocks (None: the configured length closest to a quarter of the
+    depth) that `export_selection` chose for `export_variant`."""
+    from jtc.files.io import read_json, read_table
+    from jtc.logs import ready
+    from jtc.settings import ExportSettings
+    from jtc.shortcuts.maps import load_span_maps
+    from jtc.shortcuts.pruned_model import write_pruned
+    from jtc.shortcuts.spans import export_length, resolved_lengths
+
+    config = ExportSettings.of(settings)
+    ready()
+    num_layers = read_json(f"{model_dir}/info.json")["num_layers"]
+    n = config.export_length or export_length(resolved_lengths(lengths, num_layers), num_layers)
+    rows = [
+        r
+        for r in read_table(selection).to_pylist()
+        if (r["length"], r["selection"], r["variant"])
+        == (n, config.export_selection, config.export_variant)
+    ]
+    if not rows:
+        raise ValueError(
+            f"config key 'pruning.export_length': no {config.export_variant} span of {n} blocks "
+            f"was chosen by {config.export_selection}; it must be one of pruning.lengths"
+        )
+    start = rows[0]["start"]
+    transform = None
+    if config.export_variant == "replaceme":
+        wanted = load_span_maps(maps, lambda v, i, k: (v, i, k) == ("replaceme", start, n))
+        transform = wanted["replaceme", start, n].tensors["weight"]
+    write_pruned(
+        model_dir, out, start=start, length=n, variant=config.export_variant, transform=transform
+    )

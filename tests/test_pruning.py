@@ -1,0 +1,222 @@
+"""Depth pruning on tiny random models: the calibration sums and the span maps fitted from them
+against plain numpy least squares on the same tokens, the selection rules, and the evaluation
+runs against the model with the blocks really removed."""
+
+import copy
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+import torch
+from tiny import SENTENCES, make_model
+
+from jtc.model.adapters import get_adapter
+from jtc.model.head import Head
+from jtc.shortcuts.maps import ShortcutMap
+from jtc.shortcuts.pruning import fit_span, select_spans
+from jtc.shortcuts.span_runs import SpanRun, span_scores, span_statistics
+from jtc.shortcuts.spans import (
+    StatisticsPlan,
+    default_lengths,
+    lengths_problem,
+    removed_label,
+    spans,
+)
+
+LAYERS = 6
+
+
+def token_inputs(tokenizer, sentences=SENTENCES):
+    return [np.asarray(tokenizer(s)["input_ids"], dtype=np.int64) for s in sentences]
+
+
+def every_token(model, adapter, inputs):
+    """h_0..h_L and X_1..X_L (feed-forward outputs) at every token, (N, d) float64 each, from
+    hooks of the test's own, one sequence at a time (no padding)."""
+    blocks = adapter.blocks(model)
+    out = lambda o: o[0] if isinstance(o, tuple) else o  # noqa: E731
+    states = [[] for _ in range(len(blocks) + 1)]
+    ffn = [[] for _ in range(len(blocks))]
+    handles = [
+        blocks[0].register_forward_pre_hook(
+            lambda m, args, kwargs: states[0].append(
+                (args[0] if args else kwargs["hidden_states"])[0]
+            ),
+            with_kwargs=True,
+        )
+    ]
+    for layer, block in enumerate(blocks, 1):
+        handles.append(
+            block.register_forward_hook(lambda m, a, o, k=layer: states[k].append(out(o)[0]))
+        )
+        handles.append(
+            adapter.part("ffn")
+            .modules(block)[1]
+            .register_forward_hook(lambda m, a, o, k=layer: ffn[k - 1].append(out(o)[0]))
+        )
+    with torch.inference_mode():
+        for ids in inputs:
+            adapter.backbone(model)(input_ids=torch.tensor(ids)[None])
+    for handle in handles:
+        handle.remove()
+    stack = lambda xs: torch.cat(xs).double().numpy()  # noqa: E731
+    return [stack(s) for s in states], [stack(x) for x in ffn]
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def tiny(request):
+    model, tokenizer = make_model(request.param, layers=LAYERS, width=32)
+    return model, tokenizer, get_adapter(request.param)
+
+
+def statistics(
+    model, adapter, inputs, lengths=(1, 2), variants=("drop", "mat", "replaceme", "rrr")
+):
+    plan = StatisticsPlan.of(LAYERS, lengths, variants)
+    return span_statistics(model, adapter, inputs, plan, batch_size=3, pad_id=0)
+
+
+def test_default_lengths_are_an_eighth_and_a_quarter_of_the_depth():
+    assert default_lengths(30) == [4, 8]
+    assert default_lengths(32) == [4, 8]
+    assert default_lengths(2) == [1]
+    assert spans(5, [2], "replaceme") == [(1, 2), (2, 2), (3, 2)]
+    assert spans(5, [2], "drop")[0] == (0, 2)
+    assert removed_label([5, 6, 7]) == "5-7" and removed_label([3, 9]) == "3,9"
+    assert "pruning.lengths" in lengths_problem(6, [6])
+    assert lengths_problem(6, [5]) is None
+
+
+def test_span_maps_equal_numpy_least_squares_on_the_same_tokens(tiny):
+    model, tokenizer, adapter = tiny
+    inputs = token_inputs(tokenizer)
+    grams = statistics(model, adapter, inputs)
+    h, x = every_token(model, adapter, inputs)
+    assert grams.tokens == len(h[0]) == sum(len(i) for i in inputs)
+    np.testing.assert_allclose(grams.squares, [(s * s).sum() for s in h], rtol=1e-9)
+    for start, length in [(1, 2), (3, 1), (4, 2)]:
+        end = start + length
+        # replaceme: X T ≈ h_end - r_start, r = h - X
+        target = h[end] - h[start] + x[start - 1]
+        t_ref = np.linalg.lstsq(x[start - 1], target, rcond=None)[0]
+        fit = fit_span(grams, "replaceme", start, length, rank=2)
+        assert fit.solver == "cholesky"
+        t = fit.tensors["weight"].T
+        assert np.abs(t - t_ref).max() <= 1e-6 * np.abs(t_ref).max()
+        replaced = h[start] - x[start - 1] + x[start - 1] @ t
+        loss = ((replaced - h[end]) ** 2).sum() / (h[end] ** 2).sum()
+        assert fit.loss == pytest.approx(loss, rel=1e-6)
+        # mat: h_start A ≈ h_end
+        a_ref = np.linalg.lstsq(h[start], h[end], rcond=None)[0]
+        mat = fit_span(grams, "mat", start, length, rank=2)
+        np.testing.assert_allclose(mat.tensors["weight"].T, a_ref, atol=1e-6 * np.abs(a_ref).max())
+        mat_loss = ((h[start] @ a_ref - h[end]) ** 2).sum() / (h[end] ** 2).sum()
+        assert mat.loss == pytest.approx(mat_loss, rel=1e-6)
+        # rrr: rank 2, never better than mat on the calibration tokens
+        rrr = fit_span(grams, "rrr", start, length, rank=2)
+        assert ShortcutMap(rrr.tensors).rank == 2
+        assert mat.loss <= rrr.loss
+        pred = ShortcutMap(rrr.tensors)(h[start])
+        assert rrr.loss == pytest.approx(
+            ((pred - h[end]) ** 2).sum() / (h[end] ** 2).sum(), rel=1e-6
+        )
+        # drop: the squared distance, and UIDL's angle
+        drop = fit_span(grams, "drop", start, length, rank=2)
+        assert drop.loss == pytest.approx(((h[start] - h[end]) ** 2).sum() / (h[end] ** 2).sum())
+        cos = (h[start] * h[end]).sum(1) / np.linalg.norm(h[start], axis=1)
+        cos /= np.linalg.norm(h[end], axis=1)
+        angle = np.mean(np.arccos(np.clip(cos, -1, 1)) / np.pi)
+        assert grams.angular_distance(start, length) == pytest.approx(angle, rel=1e-9)
+    influence = [
+        1 - np.mean((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
+        for a, b in zip(h[:-1], h[1:], strict=True)
+    ]
+    np.testing.assert_allclose(grams.block_influence(), influence, rtol=1e-9)
+
+
+def test_fewer_tokens_than_the_width_take_the_minimum_norm_solution(tiny):
+    model, tokenizer, adapter = tiny
+    inputs = token_inputs(tokenizer, SENTENCES[:2])  # about 20 tokens, width 32
+    grams = statistics(model, adapter, inputs)
+    h, x = every_token(model, adapter, inputs)
+    fit = fit_span(grams, "replaceme", 2, 2, rank=2)
+    assert fit.solver == "pinv"
+    target = h[4] - h[2] + x[1]
+    t_ref = np.linalg.lstsq(x[1], target, rcond=None)[0]  # minimum norm
+    t = fit.tensors["weight"].T
+    assert np.abs(t - t_ref).max() <= 1e-6 * np.abs(t_ref).max()
+
+
+def test_selection_uses_calibration_statistics_only(tiny):
+    model, tokenizer, adapter = tiny
+    grams = statistics(model, adapter, token_inputs(tokenizer))
+    fits = [fit_span(grams, v, i, n, 2) for v in ("drop", "mat") for i, n in spans(LAYERS, [2], v)]
+    chosen = {(s.selection, s.variant): s for s in select_spans(grams, fits, [2], ["drop", "mat"])}
+    angles = [grams.angular_distance(i, 2) for i in range(LAYERS - 1)]
+    assert chosen["angular_distance", "drop"].start == int(np.argmin(angles))
+    influence = grams.block_influence()
+    sums = [influence[i : i + 2].sum() for i in range(LAYERS - 1)]
+    assert chosen["block_influence", "mat"].start == int(np.argmin(sums))
+    mat_losses = [f.loss for f in fits if f.variant == "mat"]
+    assert chosen["measured", "mat"].start == int(np.argmin(mat_losses))
+    lowest = chosen["lowest_block_influence", "drop"]
+    assert lowest.removed == tuple(sorted(np.argsort(influence, kind="stable")[:2] + 1))
+    assert ("lowest_block_influence", "mat") not in chosen  # only dropping is defined
+
+
+def pruned_copy(model, adapter, removed, start=None, transform=None):
+    """A deep copy of the model with the blocks `removed` (1-based) deleted and, with a
+    transform, block `start`'s feed-forward output multiplied by it (torch convention)."""
+    pruned = copy.deepcopy(model)
+    blocks = adapter.blocks(pruned)
+    if transform is not None:
+        ffn = adapter.part("ffn").modules(blocks[start - 1])[1]
+        weight = torch.tensor(transform, dtype=torch.float32)
+        ffn.register_forward_hook(lambda m, a, o: o @ weight.T)
+    adapter.swap_blocks(pruned, [b for n, b in enumerate(blocks, 1) if n not in removed])
+    return pruned
+
+
+def sentence_losses(model, inputs):
+    """Per sentence: summed cross-entropy to the next token, and the top-1 tokens."""
+    losses, tops = [], []
+    with torch.inference_mode():
+        for ids in inputs:
+            logits = model(input_ids=torch.tensor(ids)[None]).logits[0, :-1].double()
+            gold = torch.tensor(ids[1:])
+            losses.append(float(torch.nn.functional.cross_entropy(logits, gold, reduction="sum")))
+            tops.append(logits.argmax(1).numpy())
+    return np.array(losses), tops
+
+
+def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
+    model, tokenizer, adapter = tiny
+    inputs = token_inputs(tokenizer)
+    grams = statistics(model, adapter, inputs)
+    replaceme = fit_span(grams, "replaceme", 2, 2, rank=2)
+    runs = [
+        SpanRun.span("drop", 1, 2, None),
+        SpanRun.span("replaceme", 2, 2, ShortcutMap(replaceme.tensors)),
+        SpanRun.span("drop", 4, 2, None),  # ends at the last block
+        SpanRun("drop", -1, 2, (2, 5)),  # not consecutive
+    ]
+    head = Head.from_model(model, adapter)
+    table = span_scores(
+        model, adapter, head, inputs, np.arange(len(inputs)), runs, batch_size=3, pad_id=0
+    )
+    full, full_tops = sentence_losses(model, inputs)
+    for run in runs:
+        mine = pc.and_(
+            pc.equal(table["variant"], run.variant),
+            pc.equal(table["removed"], removed_label(run.removed)),
+        )
+        rows = table.filter(mine).to_pydict()
+        transform = None if run.shortcut is None else replaceme.tensors["weight"]
+        pruned = pruned_copy(model, adapter, set(run.removed), run.start, transform)
+        losses, tops = sentence_losses(pruned, inputs)
+        np.testing.assert_allclose(rows["cross_entropy"], losses, rtol=1e-4)
+        np.testing.assert_allclose(rows["cross_entropy_full"], full, rtol=1e-4)
+        assert rows["tokens"] == [len(i) - 1 for i in inputs]
+        agreement = [int((a == b).sum()) for a, b in zip(tops, full_tops, strict=True)]
+        assert rows["agreement"] == agreement
+        assert all(k >= 0 for k in rows["kl"]) and sum(rows["overflowed"]) == 0
