@@ -1,6 +1,7 @@
 """The headline numbers of a run, read from its metric tables: per model, corpus and method, one
-row (the map's size, r² and Precision@1 from the middle layer, the layers saved by early exit),
-and the report's landing section stating them (reStructuredText)."""
+row (the map's size, r² and Precision@1 from the middle layer, the layers saved by early exit;
+where the model was pruned, its best pruning at about a quarter of the blocks removed), and the
+report's landing section stating them (reStructuredText)."""
 
 from __future__ import annotations
 
@@ -37,42 +38,105 @@ SCHEMA = {
     "training_rows": pa.int64(),
     "hidden_size": pa.int64(),
     "underdetermined": pa.bool_(),
+    # depth pruning, from pruning_selected.parquet (null without it; the same on every row of a
+    # model and corpus): of the spans chosen for the length n closest to a quarter of the
+    # blocks, the (variant, selection rule) with the lowest perplexity ratio on the evaluation
+    # sentences, the blocks it removes (n, n / L and which) and its scores with their intervals
+    "pruning_variant": pa.string(),
+    "pruning_selection": pa.string(),
+    "pruning_length": pa.int64(),
+    "pruning_fraction_removed": pa.float64(),
+    "pruning_removed": pa.string(),
+    "pruning_perplexity_ratio": pa.float64(),
+    "pruning_perplexity_ratio_low": pa.float64(),
+    "pruning_perplexity_ratio_high": pa.float64(),
+    "pruning_top1_agreement": pa.float64(),
+    "pruning_top1_agreement_low": pa.float64(),
+    "pruning_top1_agreement_high": pa.float64(),
 }
+PRUNING_COLUMNS = {  # headline column: pruning_selected column
+    f"pruning_{name}": name
+    for name in (
+        "variant",
+        "selection",
+        "length",
+        "fraction_removed",
+        "removed",
+        "perplexity_ratio",
+        "perplexity_ratio_low",
+        "perplexity_ratio_high",
+        "top1_agreement",
+        "top1_agreement_low",
+        "top1_agreement_high",
+    )
+}
+PRUNING_TARGET = 0.25  # the share of blocks removed the headline reads pruning at
 
 
-# the metric tables the headline numbers come from (prediction and savings: decoded models)
+# the metric tables the headline numbers come from (prediction and savings: decoded models;
+# pruning: models and corpora that depth pruning runs on)
 HEADLINE_SOURCES = {
     "r2": "r2.parquet",
     "parameters": "parameters.parquet",
     "prediction": "prediction.parquet",
     "savings": "early_exit_savings.parquet",
+    "pruning": "pruning_selected.parquet",
 }
 DECODED_ONLY = ("prediction", "savings")
+PRUNED_ONLY = ("pruning",)
 
 
-def headline_sources(model: str, corpus: str, predicts: bool) -> dict[str, str]:
+def headline_sources(
+    model: str, corpus: str, predicts: bool, pruning: bool = False
+) -> dict[str, str]:
     """The tables of one model and corpus that the headline numbers read (the workflow plans
-    them as the inputs of headline_table, which reads them)."""
+    them as the inputs of headline_table, which reads them): prediction and savings where the
+    model `predicts`, pruning where depth pruning runs on this model and corpus (`pruning`)."""
     return {
         name: paths.metric(file).format(model=model, corpus=corpus)
         for name, file in HEADLINE_SOURCES.items()
-        if predicts or name not in DECODED_ONLY
+        if (predicts or name not in DECODED_ONLY) and (pruning or name not in PRUNED_ONLY)
     }
 
 
 @dataclass(frozen=True)
 class Tables:
     """The metric tables of one model and corpus (prediction and savings: None for a model
-    that does not predict)."""
+    that does not predict; pruning, pruning_selected.parquet: None where it was not pruned)."""
 
     r2: pa.Table
     parameters: pa.Table
     prediction: pa.Table | None = None
     savings: pa.Table | None = None
+    pruning: pa.Table | None = None
 
 
 def _ordered(methods: set[str]) -> list[str]:
     return [m for m in METHODS if m in methods] + sorted(methods - set(METHODS))
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def best_pruning(table: pa.Table | None) -> dict:
+    """The headline's pruning columns (PRUNING_COLUMNS) from pruning_selected.parquet: among the
+    rows of the length whose share of blocks removed is closest to PRUNING_TARGET (the shorter
+    on a tie), the (variant, selection) with the lowest perplexity ratio; every column null
+    without a table or a finite ratio."""
+    rows = [
+        r
+        for r in (table.to_pylist() if table is not None else [])
+        if _finite(r["perplexity_ratio"]) and _finite(r["fraction_removed"])
+    ]
+    if not rows:
+        return dict.fromkeys(PRUNING_COLUMNS)
+    closest = min(rows, key=lambda r: (abs(r["fraction_removed"] - PRUNING_TARGET), r["length"]))
+    best = min(
+        (r for r in rows if r["length"] == closest["length"]),
+        key=lambda r: (r["perplexity_ratio"], r["variant"], r["selection"]),
+    )
+    return {column: best[name] for column, name in PRUNING_COLUMNS.items()}
 
 
 def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
@@ -101,6 +165,7 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
         every = min(r["check_every"] for r in held)
         saved = {r["method"]: r for r in held if (r["target"], r["check_every"]) == (target, every)}
     methods = {r["method"] for r in r2} | set(size)
+    pruned = best_pruning(tables.pruning)
     rows = []
     for method in _ordered(methods):
         p1 = at_middle.get((method, "precision@1"), {})
@@ -124,6 +189,7 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
             "training_rows": size.get(method, {}).get("training_rows"),
             "hidden_size": size.get(method, {}).get("hidden_size"),
             "underdetermined": size.get(method, {}).get("underdetermined"),
+            **pruned,
         }
         rows.append(row)
     return rows
@@ -165,6 +231,36 @@ def _sentence(rows: list[dict]) -> str:
     if base is not None and best is not base:
         text += f", against {_percent(base['precision1_middle'])}% for id (the state as it is)"
     return text + "."
+
+
+def _ratio(value: float | None) -> str:
+    """A perplexity ratio: two decimals, whole numbers from 100 (rrr's run to thousands)."""
+    return _number(value, ".2f" if value is None or value < 100 else ",.0f")
+
+
+def _pruning(row: dict) -> str:
+    """The best pruning at about a quarter of the blocks removed, in words; "" without it."""
+    if row.get("pruning_variant") is None:
+        return ""
+    n, share = row["pruning_length"], row["pruning_fraction_removed"]
+    blocks = f" of {round(n / share)}" if share else ""
+    rule = row["pruning_selection"]
+    where = (
+        f"blocks {row['pruning_removed']}, chosen by {rule}"
+        if rule != "lowest_block_influence"
+        else f"blocks {row['pruning_removed'].replace(',', ', ')}, the {n} of lowest Block "
+        "Influence, not consecutive"
+    )
+    return (
+        f"**Depth pruning.** With {n}{blocks} blocks removed ({_percent(share)}%; {where}), "
+        f"the best variant, **{row['pruning_variant']}**, multiplies the perplexity by "
+        f"**{_ratio(row['pruning_perplexity_ratio'])}** (95% interval "
+        f"{_ratio(row['pruning_perplexity_ratio_low'])}–"
+        f"{_ratio(row['pruning_perplexity_ratio_high'])}; 1: no loss), and its top-1 token "
+        f"agrees with the unpruned model's on **{_percent(row['pruning_top1_agreement'])}%** of "
+        f"evaluation tokens ({_percent(row['pruning_top1_agreement_low'])}–"
+        f"{_percent(row['pruning_top1_agreement_high'])}%)."
+    )
 
 
 def _underdetermined(rows: list[dict]) -> str:
@@ -221,6 +317,7 @@ def landing_section(table: pa.Table) -> str:
     table of every method. Wrapped in Jinja's raw block (Snakemake renders the landing page
     as a Jinja template, and names from the config must stay as they are)."""
     rows = table.to_pylist()
+    pruned = any(r.get("pruning_variant") is not None for r in rows)
     targets = sorted({r["exit_target"] for r in rows if r["exit_target"] is not None})[:1]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -242,6 +339,16 @@ def landing_section(table: pa.Table) -> str:
         "compare cheaper checks.",
         "",
     ]
+    if pruned:
+        lines += [
+            "*Depth pruning* removes n of a model's L blocks, n as close as the run has to a "
+            "quarter of L, and stands in for them by a variant; of every variant and every rule "
+            "choosing which blocks (on calibration sentences), the one with the lowest "
+            "perplexity ratio exp(CE pruned − CE full) over every token of the evaluation "
+            "sentences is given, with its top-1 agreement with the unpruned model (95% "
+            "bootstrap intervals over sentences).",
+            "",
+        ]
     flagged = [
         f"{model} on {corpus} ({', '.join(r['method'] for r in group if r['underdetermined'])})"
         for (model, corpus), group in groups.items()
@@ -265,6 +372,9 @@ def landing_section(table: pa.Table) -> str:
             cells = [_cell(row, key, fmt) for key, _, fmt in COLUMNS]
             lines.append("   * - " + "\n     - ".join(cells))
         lines += ["", _sentence(group), ""]
+        pruning = _pruning(group[0])
+        if pruning:
+            lines += [pruning, ""]
         note = _underdetermined(group)
         if note:
             lines += [note, ""]

@@ -4,11 +4,11 @@ landing page stating them."""
 from __future__ import annotations
 
 
-def headline_table(
-    pairs: list[tuple[str, str, bool]], template: str, out: str, landing: str
-) -> None:
-    """The headline table of every (model, corpus, whether the model predicts) in `pairs`, and
-    the landing page: the report's `template` (its text) followed by the headline section."""
+def headline_table(pairs: list[tuple], template: str, out: str, landing: str) -> None:
+    """The headline table of every (model, corpus, whether the model predicts[, whether depth
+    pruning ran on it]) in `pairs` (headline_sources' arguments; a pair without the fourth is
+    not pruned), and the landing page: the report's `template` (its text) followed by the
+    headline section."""
     from jtc.files.io import atomic_path, read_table, write_table
     from jtc.logs import ready
     from jtc.report.headline import (
@@ -21,8 +21,8 @@ def headline_table(
 
     ready()
     rows = []
-    for model, corpus, predicts in pairs:
-        files = headline_sources(model, corpus, predicts)
+    for model, corpus, *flags in pairs:
+        files = headline_sources(model, corpus, *flags)
         read = {name: read_table(path) for name, path in files.items()}
         rows += headline_rows(model, corpus, Tables(**read))
     table = headline_table(rows)
