@@ -195,14 +195,23 @@ def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
     grams = statistics(model, adapter, inputs)
     replaceme = fit_span(grams, "replaceme", 2, 2, rank=2)
     runs = [
-        SpanRun.span("drop", 1, 2, None),
-        SpanRun.span("replaceme", 2, 2, ShortcutMap(replaceme.tensors)),
-        SpanRun.span("drop", 4, 2, None),  # ends at the last block
+        SpanRun.span("drop", 1, 2),
+        SpanRun.span("replaceme", 2, 2),
+        SpanRun.span("drop", 4, 2),  # ends at the last block
         SpanRun("drop", -1, 2, (2, 5)),  # not consecutive
     ]
+    maps = {("replaceme", 2, 2): ShortcutMap(replaceme.tensors)}
     head = Head.from_model(model, adapter)
     table = span_scores(
-        model, adapter, head, inputs, np.arange(len(inputs)), runs, batch_size=3, pad_id=0
+        model,
+        adapter,
+        head,
+        inputs,
+        np.arange(len(inputs)),
+        runs,
+        lambda run: maps.get((run.variant, run.start, run.length)),
+        batch_size=3,
+        pad_id=0,
     )
     full, full_tops = sentence_losses(model, inputs)
     for run in runs:
@@ -211,7 +220,7 @@ def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
             pc.equal(table["removed"], removed_label(run.removed)),
         )
         rows = table.filter(mine).to_pydict()
-        transform = None if run.shortcut is None else replaceme.tensors["weight"]
+        transform = replaceme.tensors["weight"] if run.variant == "replaceme" else None
         pruned = pruned_copy(model, adapter, set(run.removed), run.start, transform)
         losses, tops = sentence_losses(pruned, inputs)
         np.testing.assert_allclose(rows["cross_entropy"], losses, rtol=1e-4)

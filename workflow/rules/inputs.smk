@@ -68,12 +68,12 @@ def num_layers(model):
     return model_info(model)["num_layers"]
 
 
-def checked_model_dir(model, predict=False, parts=False):
+def checked_model_dir(model, predict=False, parts=False, prune=False):
     """The cached model, refused (while planning) when it cannot do what the config asks of
     it: predict (a decoder head, the configured layers), sub-modules (block parts, jump
-    layers)."""
+    layers), depth pruning (a causal LM, the configured lengths)."""
     problem = resolved_problem(
-        model, model_info(model), config, predict=predict, parts=parts
+        model, model_info(model), config, predict=predict, parts=parts, prune=prune
     )
     if problem:
         raise WorkflowError(problem)
@@ -207,15 +207,18 @@ def submodule_table_inputs(wildcards):
 
 
 def headline_pairs():
-    """Every (model, corpus, whether the model is decoded) of the run."""
-    return [[m, c, m in PREDICTING] for m in MODELS for c in CORPORA]
+    """Every (model, corpus, whether the model is decoded, whether it is pruned there) of the
+    run."""
+    return [
+        [m, c, m in PREDICTING, EXPERIMENT.prunes(m, c)] for m in MODELS for c in CORPORA
+    ]
 
 
 def headline_inputs(wildcards):
     """Every table the headline numbers read (jtc.report.headline.headline_sources)."""
     inputs = {}
-    for model, corpus, predicts in headline_pairs():
-        for name, path in headline_sources(model, corpus, predicts).items():
+    for model, corpus, *flags in headline_pairs():
+        for name, path in headline_sources(model, corpus, *flags).items():
             inputs[f"{name}_{model}_{corpus}"] = path
     return inputs
 

@@ -146,13 +146,23 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def padded_batches(
-    inputs: list[np.ndarray], batch_size: int, pad_id: int
+    inputs: list[np.ndarray], batch_size: int, pad_id: int, slack: float | None = None
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
     """(rows, token ids, attention mask) of batches of sequences of similar length, padded on
-    the right; rows index `inputs`."""
-    order = np.argsort([len(x) for x in inputs], kind="stable")
-    for start in range(0, len(inputs), batch_size):
-        rows = order[start : start + batch_size]
+    the right; rows index `inputs`. With `slack`, a batch also ends before its padded positions
+    would exceed (1 + slack) times its tokens (for jobs that run every position many times)."""
+    lengths = np.array([len(x) for x in inputs])
+    order = np.argsort(lengths, kind="stable")
+    start = 0
+    while start < len(order):
+        stop = min(start + batch_size, len(order))
+        if slack is not None:  # lengths increase: the last one sets the padded length
+            tokens = np.cumsum(lengths[order[start:stop]])
+            padded = lengths[order[start:stop]] * np.arange(1, stop - start + 1)
+            fits = padded <= (1 + slack) * tokens  # the first one always fits
+            stop = start + (len(fits) if fits.all() else int(np.argmin(fits)))
+        rows = order[start:stop]
+        start = stop
         length = max(len(inputs[r]) for r in rows)
         ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), length), dtype=torch.long)

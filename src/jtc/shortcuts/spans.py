@@ -62,17 +62,22 @@ def lengths_problem(num_layers: int, lengths: Sequence[int]) -> str | None:
 
 
 def pruning_problem(
-    name: str, adapter: Adapter, num_layers: int, lengths: Sequence[int], variants: Sequence[str]
+    name: str,
+    task: str | None,
+    adapter: Adapter | None,
+    num_layers: int | None,
+    lengths: Sequence[int],
+    variants: Sequence[str],
 ) -> str | None:
-    """Why a resolved model cannot be pruned as configured: not a causal LM (every token is
-    scored on the next one), block parts unknown where replaceme needs the feed-forward
-    output, or lengths it does not have."""
-    if adapter.task != "causal":
+    """Why a model cannot be pruned as configured, from what is known of it (None: unknown):
+    a masked LM (every token is scored on the next one), blocks whose parts are unknown where
+    replaceme needs the feed-forward output, lengths it does not have."""
+    if task == "masked":
         return (
             f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
             "every token's next-token prediction, which needs a causal LM"
         )
-    if "replaceme" in variants:
+    if adapter is not None and "replaceme" in variants:
         try:
             part_adapter(adapter)
         except UnsupportedArchitecture as err:
@@ -80,7 +85,7 @@ def pruning_problem(
                 f"config key 'pruning.variants': replaceme needs each block's feed-forward "
                 f"output, and model '{name}': {err}"
             )
-    return lengths_problem(num_layers, lengths)
+    return lengths_problem(num_layers, lengths) if num_layers else None
 
 
 def removed_label(blocks: Iterable[int]) -> str:

@@ -5,13 +5,17 @@ tabulate and plot the runs, and write a pruned model."""
 from __future__ import annotations
 
 
-def _every_token(tokenizer, info: dict, table, max_tokens: int) -> list:
-    """The token ids of each sentence (truncated to max_tokens): every position is used."""
+def _every_token(tokenizer, info: dict, table, max_tokens: int) -> tuple[list, list]:
+    """The token ids of each sentence (truncated to max_tokens), every position used, and the
+    sentence ids of those inputs."""
+    import numpy as np
+
     from jtc.data.extract import prepare_sentences
 
     # positions "all": nothing is drawn, so the seed plays no part
     prepared, _ = prepare_sentences(tokenizer, info, table, 0, max_tokens, positions="all")
-    return prepared.inputs, prepared.sentence_ids
+    first_rows = np.searchsorted(prepared.input_of, np.arange(len(prepared.inputs)))
+    return prepared.inputs, prepared.sentence_ids[first_rows]
 
 
 def calibrate_pruning(
@@ -59,7 +63,9 @@ def calibrate_pruning(
     net, tokenizer, info = load_model(model_dir, threads, device_map)
     adapter = adapter_of(info)
     lengths = resolved_lengths(config.lengths, info["num_layers"])
-    problem = pruning_problem(model, adapter, info["num_layers"], lengths, config.variants)
+    problem = pruning_problem(
+        model, adapter.task, adapter, info["num_layers"], lengths, config.variants
+    )
     if problem:
         raise ValueError(problem)
     ready()
@@ -140,9 +146,9 @@ def run_pruned(
     from jtc.model.cache import load_model
     from jtc.model.head import load_decoder_head
     from jtc.settings import SpanRunSettings
-    from jtc.shortcuts.maps import load_span_maps
+    from jtc.shortcuts.maps import ShortcutMap, load_span_maps
     from jtc.shortcuts.span_runs import SpanRun, span_scores
-    from jtc.shortcuts.spans import parse_removed, resolved_lengths, spans
+    from jtc.shortcuts.spans import parse_removed, removed_label, resolved_lengths, spans
 
     config = SpanRunSettings.of(settings)
     net, tokenizer, info = load_model(model_dir, threads, device_map)
@@ -151,24 +157,33 @@ def run_pruned(
     ready()
     num_layers = info["num_layers"]
     lengths = resolved_lengths(config.lengths, num_layers)
-    span_maps = load_span_maps(maps)
-    runs = []
-    for variant in config.variants:
-        for start, n in spans(num_layers, lengths, variant):
-            shortcut = span_maps.get((variant, start, n))
-            if shortcut is None and variant != "drop":
-                raise CorruptFileError(
-                    f"{maps} holds no {variant} map for blocks {start + 1}-{start + n}: it was "
-                    "written for other pruning settings; rerun calibrate_pruning"
-                )
-            runs.append(SpanRun.span(variant, start, n, shortcut))
-    chosen = read_table(selection).to_pylist()
-    for row in chosen:
+    runs = [
+        SpanRun.span(variant, start, n)
+        for variant in config.variants
+        for start, n in spans(num_layers, lengths, variant)
+    ]
+    for row in read_table(selection).to_pylist():
         if row["start"] < 0:  # blocks not consecutive (drop only)
             runs.append(SpanRun("drop", -1, row["length"], parse_removed(row["removed"])))
+
+    def span_map(run: SpanRun) -> ShortcutMap | None:
+        """The run's map, read from the file when the run starts (None for drop)."""
+        if run.variant == "drop":
+            return None
+        key = (run.variant, run.start, run.length)
+        found = load_span_maps(maps, lambda *k: k == key)
+        if key not in found:
+            raise CorruptFileError(
+                f"{maps} holds no {run.variant} map for blocks {removed_label(run.removed)}: it "
+                "was written for other pruning settings; rerun calibrate_pruning"
+            )
+        return found[key]
+
     table = select_split(read_table(sentences), "validation", config.evaluation_sentences, corpus)
     inputs, ids = _every_token(tokenizer, info, table, max_tokens)
-    scores = span_scores(net, adapter, head, inputs, ids, runs, batch_size, pad_token_id(tokenizer))
+    scores = span_scores(
+        net, adapter, head, inputs, ids, runs, span_map, batch_size, pad_token_id(tokenizer)
+    )
     write_table(scores, out)
 
 
@@ -230,6 +245,7 @@ def export_pruned(
     model: str,
     settings: dict,
     lengths: list[int],
+    threads: int,
 ) -> None:
     """The pruned model as a Hugging Face folder (jtc.shortcuts.pruned_model.write_pruned): the
     span of `export_length` blocks (None: the configured length closest to a quarter of the

@@ -24,12 +24,15 @@ from jtc.files.stamps import (
     stale_outputs,
 )
 from jtc.model.adapters import (
+    ADAPTERS,
     UnsupportedArchitecture,
     adapter_of,
     missing_head_message,
     part_adapter,
+    task_from_classes,
 )
 from jtc.model.sources import (
+    local_config,
     local_num_layers,
     local_width,
     part_problem,
@@ -38,6 +41,7 @@ from jtc.model.sources import (
 )
 from jtc.shortcuts.methods import METHODS, applicable
 from jtc.shortcuts.parts import jump_problem
+from jtc.shortcuts.spans import pruning_problem, resolved_lengths
 from jtc.workflow.config import (
     ConfigError,
     check_config_file,
@@ -66,6 +70,8 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         if not problem and name in checked["submodules"]["models"]:
             jumps = checked["submodules"]["jump_layers"]
             problem = part_problem(name, spec) or (layers and jump_problem(name, layers, jumps))
+        if not problem and name in checked["pruning"]["models"]:
+            problem = prune_problem(name, spec, layers, checked["pruning"])
         if problem:
             raise ConfigError(problem)
     for name, spec in checked["corpora"].items():
@@ -75,15 +81,47 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
     return checked
 
 
+def prune_problem(
+    name: str, spec: dict[str, Any], layers: int | None, pruning: dict[str, Any]
+) -> str | None:
+    """What a model's local config.json already tells against pruning it as configured (the
+    rest is known once the model is cached: resolved_problem)."""
+    config = local_config(spec)
+    if config is None:
+        return None
+    declared = ADAPTERS.get(str(config.get("model_type")))
+    task = declared.task if declared else task_from_classes(config.get("architectures") or [])
+    return pruning_problem(name, task, declared, layers, pruning["lengths"], pruning["variants"])
+
+
 def resolved_problem(
-    name: str, info: dict[str, Any], config: dict[str, Any], *, predict: bool, parts: bool
+    name: str,
+    info: dict[str, Any],
+    config: dict[str, Any],
+    *,
+    predict: bool,
+    parts: bool,
+    prune: bool = False,
 ) -> str | None:
     """What a resolved model (its info.json) lacks for what the config asks of it: a width of
     at least the low-rank methods' rank (always), a decoder head and the configured layers to
-    predict from (`predict`), block parts and the jump layers (`parts`)."""
+    predict from (`predict`), block parts and the jump layers (`parts`), a causal LM with the
+    configured lengths (`prune`)."""
     problem = info.get("hidden_size") and rank_problem(name, info["hidden_size"], config)
     if problem:
         return f"invalid configuration: {problem}"
+    if prune:
+        pruning, adapter = config["pruning"], adapter_of(info)
+        problem = pruning_problem(
+            name,
+            adapter.task,
+            adapter,
+            info["num_layers"],
+            resolved_lengths(pruning["lengths"], info["num_layers"]),
+            pruning["variants"],
+        )
+        if problem:
+            return f"invalid configuration: {problem}"
     if parts:
         try:
             part_adapter(adapter_of(info))
@@ -92,7 +130,7 @@ def resolved_problem(
         problem = jump_problem(name, info["num_layers"], config["submodules"]["jump_layers"])
         if problem:
             return f"invalid configuration: {problem}"
-    if predict or parts:
+    if predict or parts or prune:
         if not info["has_lm_head"]:
             return missing_head_message(name, info["task"], info["model_class"])
         problem = layer_problem(name, info["num_layers"], config)
@@ -142,6 +180,7 @@ class Experiment:
     methods: list[str]
     predicting: list[str]  # the models whose predictions are decoded (models.NAME.predict)
     submodules: dict[str, Any]  # config submodules
+    pruning: dict[str, Any]  # config pruning
     shortlist: bool  # whether the early exit's shortlist check is fitted (shortlist_rank set)
 
     @classmethod
@@ -152,6 +191,7 @@ class Experiment:
             methods=list(config["methods"]),
             predicting=[m for m in config["models"] if config["models"][m]["predict"]],
             submodules=config["submodules"],
+            pruning=config["pruning"],
             shortlist=bool(config["early_exit"]["shortlist_rank"]),
         )
 
@@ -175,6 +215,11 @@ class Experiment:
     @property
     def submodule_corpora(self) -> list[str]:
         return self.submodules["corpora"] or self.corpora
+
+    def prunes(self, model: str, corpus: str) -> bool:
+        """Whether depth pruning runs for this model on this corpus."""
+        corpora = self.pruning["corpora"] or self.corpora
+        return model in self.pruning["models"] and corpus in corpora
 
     def methods_for(self, model: str) -> list[str]:
         """The configured methods that apply to a model (the tuned lens needs a decoder head)."""
@@ -208,6 +253,8 @@ class Experiment:
                     targets += outputs_of("record_parts", **done, split=["train", "validation"])
                     names += ["fit_parts", "part_r2_table", "plot_part_r2", "replace_parts"]
                     names += ["submodule_table", "plot_submodules"]
+                if self.prunes(model, corpus):
+                    names += ["calibrate_pruning", "run_pruned", "pruning_tables", "plot_pruning"]
                 for name in names:
                     targets += outputs_of(name, **done)
         return targets

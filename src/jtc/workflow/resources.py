@@ -21,6 +21,7 @@ from typing import Any
 from jtc import paths
 from jtc.data.states import KEEP_BYTES
 from jtc.shortcuts.parts import jump_layers
+from jtc.shortcuts.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.workflow.config import split_positions
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
@@ -49,8 +50,9 @@ class Shape:
     rows: int = 10_000
     tokens: int = 128  # per sentence, at most
     parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
-    runs: int = 1  # replace_parts: jump layers (each holds every position's states) × variants
+    runs: int = 1  # replace_parts: jump layers × variants; run_pruned: spans × variants
     jumps: int = 1
+    matrices: int = 0  # calibrate_pruning: the d × d float64 sums it holds
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
 
     @property
@@ -127,6 +129,8 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
     else:  # not cached yet (resolve_model's own job): the source's shape where it tells one
         shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
     shape = dataclasses.replace(shape, positions=positions)
+    if stage in ("calibrate_pruning", "run_pruned"):
+        return _pruning_shape(stage, config["pruning"], shape)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -138,6 +142,19 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
         jumps=jumps,
         runs=jumps * len(submodules["variants"]),
     )
+
+
+def _pruning_shape(stage: str, pruning: dict[str, Any], shape: Shape) -> Shape:
+    """A depth-pruning job's sentences (every token of each), sums and runs."""
+    lengths = resolved_lengths(pruning["lengths"], shape.layers)
+    variants = pruning["variants"]
+    runs = sum(len(spans(shape.layers, lengths, v)) for v in variants) + len(lengths)
+    if stage == "calibrate_pruning":
+        plan = StatisticsPlan.of(shape.layers, lengths, variants)
+        return dataclasses.replace(
+            shape, rows=pruning["calibration_sentences"], matrices=plan.matrices()
+        )
+    return dataclasses.replace(shape, rows=pruning["evaluation_sentences"], runs=runs)
 
 
 def rows_per_sentence(config: dict[str, Any], split: str) -> int:
@@ -218,6 +235,15 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "replace_parts":  # the model, the head in float32, the part maps, every jump
         # layer's states at every position
         need = s.model_mb + s.head_mb + part_maps_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
+    elif stage == "calibrate_pruning":  # the model; the float64 sums; a batch's states at
+        # every position, float32 as captured and float64 as summed (32 sentences)
+        batch_mb = 32 * s.tokens * (2 * s.layers + 1) * s.width * 12 / 1e6
+        need = s.model_mb + s.matrices * square_mb + batch_mb + 64
+    elif stage == "run_pruned":  # the model, the head in float32, every sentence's states at
+        # every position (2L + 1 sites), decoding chunks, one map
+        need = s.model_mb + s.head_mb + 3 * 64 + (2 * s.layers + 1) * sequence_mb + square_mb
+    elif stage == "export_pruned":  # the model, and its weights serialised
+        need = 2 * s.model_mb
     else:
         need = 500
     return need
@@ -235,6 +261,14 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         # average and a decoding
         forward = 2 * s.parameters * s.rows * s.tokens / 4
         flop = forward * (1 + s.runs / 2) + s.runs * 4 * s.rows * s.width * s.vocab
+    elif stage == "calibrate_pruning":  # a forward pass over every token, and per token the
+        # d × d products of the sums
+        tokens = s.rows * s.tokens / 2
+        flop = 2 * s.parameters * tokens + 2 * s.matrices * s.width**2 * tokens
+    elif stage == "run_pruned":  # per run, half the blocks and a decoding of every token
+        tokens = s.rows * s.tokens / 2
+        flop = 2 * s.parameters * tokens * (1 + s.runs / 2)
+        flop += (s.runs + 1) * 2 * tokens * s.width * s.vocab
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
     elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target;

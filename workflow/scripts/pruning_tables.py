@@ -1,0 +1,17 @@
+from jtc.stages.pruning import pruning_tables
+from jtc.workflow.jobs import job
+
+p = snakemake.params
+with job(snakemake):
+    pruning_tables(
+        snakemake.input.runs,
+        snakemake.input.calibration,
+        snakemake.input.selection,
+        snakemake.output.spans,
+        snakemake.output.selected,
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        num_layers=p.num_layers,
+        settings=p.settings,
+        seed=p.seed,
+    )

@@ -1,0 +1,19 @@
+from jtc.stages.pruning import run_pruned
+from jtc.workflow.jobs import job
+
+p = snakemake.params
+with job(snakemake):
+    run_pruned(
+        snakemake.input.model,
+        snakemake.input.sentences,
+        snakemake.input.maps,
+        snakemake.input.selection,
+        snakemake.output[0],
+        model=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
+        settings=p.settings,
+        batch_size=p.batch_size,
+        max_tokens=p.max_tokens,
+        threads=snakemake.threads,
+        device_map=p.device_map,
+    )
