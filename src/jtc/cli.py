@@ -1,7 +1,9 @@
-"""The `jtc` command: look at what each layer predicts, and share fitted maps.
+"""The `jtc` command: look at what each layer predicts, share fitted maps, export pruned models.
 
 jtc lens --model smollm2 --corpus news --text "The river flows into the" --out lens.png
 jtc export --model smollm2 --corpus news --method mat --out shared/smollm2-news-mat
+jtc prune --model-dir results/models/smollm2 --start 20 --length 4 --variant replaceme \
+    --maps results/pruning/smollm2/news/maps.safetensors --out shared/smollm2-replaceme-20-4
 """
 
 from __future__ import annotations
@@ -53,11 +55,82 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument(
                 "--force", action="store_true", help="replace --out even if it holds files"
             )
+    _prune_parser(commands, defaults)
     return parser
+
+
+def _prune_parser(commands, defaults) -> None:
+    text = (
+        "write a causal LM with blocks I+1..I+N removed (drop), or replaced by a linear "
+        "transform folded into block I's MLP (replaceme), as a standard checkpoint"
+    )
+    sub = commands.add_parser("prune", help=text, description=text, formatter_class=defaults)
+    sub.add_argument(
+        "--model-dir", required=True, help="a cached model folder (results/models/NAME)"
+    )
+    sub.add_argument(
+        "--start",
+        type=int,
+        required=True,
+        metavar="I",
+        help="the last block kept before the span (blocks are 1..L; 0: the span starts at the "
+        "first block, drop only); replaceme folds its transform into this block's MLP",
+    )
+    sub.add_argument(
+        "--length", type=int, required=True, metavar="N", help="the number of blocks removed"
+    )
+    sub.add_argument("--variant", choices=["replaceme", "drop"], required=True)
+    sub.add_argument(
+        "--maps",
+        help="the workflow's maps file (results/pruning/MODEL/CORPUS/maps.safetensors), with "
+        "replaceme.start_I.length_N.weight; for --variant replaceme",
+    )
+    sub.add_argument("--out", required=True, help="folder to write, new or empty")
+    sub.add_argument("--force", action="store_true", help="replace --out even if it holds files")
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from jtc.shortcuts.pruned_model import DESCRIPTION, read_replaceme_map, write_pruned
+
+    try:
+        if args.variant == "replaceme" and not args.maps:
+            raise ValueError("--variant replaceme needs --maps FILE (the fitted transforms)")
+        if args.variant == "drop" and args.maps:
+            raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")
+        transform, source = None, None
+        if args.maps:
+            transform = read_replaceme_map(args.maps, args.start, args.length)
+            source = f"{args.maps}: replaceme.start_{args.start}.length_{args.length}.weight"
+        folder = write_pruned(
+            args.model_dir,
+            args.out,
+            start=args.start,
+            length=args.length,
+            variant=args.variant,
+            transform=transform,
+            force=args.force,
+            transform_source=source,
+        )
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"jtc prune: {err}", file=sys.stderr)
+        return 2
+    import json
+
+    done = json.loads((folder / DESCRIPTION).read_text())
+    removed = done["blocks_removed"]
+    print(folder)
+    print(
+        f"{done['variant']}: removed blocks {removed[0]}..{removed[-1]} of "
+        f"{done['num_layers_before']} ({done['num_layers_after']} left); parameters "
+        f"{done['parameters_before']:,} -> {done['parameters_after']:,}"
+    )
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "prune":
+        return _prune(args)
     from jtc.api import Lens, Shortcuts
 
     try:

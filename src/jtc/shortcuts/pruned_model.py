@@ -1,0 +1,528 @@
+"""Depth pruning exported as a standard checkpoint: blocks start+1..start+length of a causal LM
+removed, and for the ReplaceMe variant (arXiv 2505.02819) a linear transform folded into the MLP
+of block `start`.
+
+Blocks are numbered 1..L and h_l is the residual stream after block l (h_0: the embeddings).
+Block i's output is h_i = r_i + X, X its MLP output before the residual add. ReplaceMe fits a
+d × d transform so that r_i + X·T ≈ h_{i+n}; the pruned model computes X·T in block i (the
+transform folded into the MLP's final linear layer) and has no blocks i+1..i+n. `drop` removes
+the blocks with no transform. Either way the result is the model's own architecture with L − n
+blocks and no new parameters: `AutoModelForCausalLM.from_pretrained(folder)` loads it without
+custom code.
+
+The transform comes in torch.nn convention, `weight` of shape (d, d) with new output
+X @ weight.T (weight = Tᵀ), as `replaceme.start_{i}.length_{n}.weight` in the workflow's maps
+file (results/pruning/{model}/{corpus}/maps.safetensors; `read_replaceme_map`).
+
+`write_pruned` checks what it writes before it puts the folder in place: the pruned model's
+logits on a random batch against the original model's with the transform applied by a hook and
+the blocks skipped, and the written checkpoint, loaded with plain transformers, against the
+pruned model (then a few tokens generated with its KV cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
+
+VARIANTS = ("replaceme", "drop")
+FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
+DESCRIPTION = "pruning.json"
+# names of an MLP's final linear layer, tried in this order (then its last linear child)
+FINAL_LINEARS = (
+    "down_proj",  # Llama, Mistral, Qwen, Gemma, Phi-3, OLMo
+    "c_proj",  # GPT-2, GPT-BigCode, StarCoder2
+    "fc2",  # Phi, CLIP-style MLPs
+    "dense_4h_to_h",  # BLOOM, Falcon, GPT-NeoX
+    "fc_out",  # GPT-J
+    "w2",  # Mixtral-style experts, InternLM
+    "dense_2",
+    "out_proj",
+    "wo",
+)
+# per-layer config lists that hold layer indices rather than one entry per layer
+INDEX_LISTS = ("mlp_only_layers", "moe_layers")
+CHECK_TOKENS = (2, 7)  # the random batch an export is checked on: sequences x tokens
+CHECK_NEW_TOKENS = 2  # tokens an export generates when it is checked
+# largest logit error, relative to the largest logit: of the pruned model against the hooked
+# reference (float32 weights; 16-bit ones, where the folded matrix is rounded), and of the
+# written checkpoint loaded with transformers against the pruned model in memory
+FOLD_TOLERANCE, FOLD_TOLERANCE_16BIT, RELOAD_TOLERANCE = 1e-3, 0.2, 1e-3
+MAP_NAME = re.compile(r"replaceme\.start_(\d+)\.length_(\d+)\.weight")
+
+
+def replaceme_tensor_name(start: int, length: int) -> str:
+    """The name of the ReplaceMe transform of a span in the workflow's maps file."""
+    return f"replaceme.start_{start}.length_{length}.weight"
+
+
+# --- the MLP's final linear layer -------------------------------------------------------------
+
+
+def _linear_width(layer: nn.Module) -> int | None:
+    """The output width of a linear layer (nn.Linear or GPT-2's Conv1D), else None."""
+    if isinstance(layer, nn.Linear):
+        return layer.out_features
+    if isinstance(layer, Conv1D):
+        return layer.nf
+    return None
+
+
+def _candidates(mlp: nn.Module) -> list[str]:
+    """The MLP's children that may be its final linear layer: the usual names, then the last
+    linear child in registration order."""
+    children = dict(mlp.named_children())
+    found = [name for name in FINAL_LINEARS if _linear_width(children.get(name)) is not None]
+    linears = [name for name, child in children.items() if _linear_width(child) is not None]
+    if linears and linears[-1] not in found:
+        found.append(linears[-1])
+    return found
+
+
+def _is_output_of(mlp: nn.Module, layer: nn.Module, width: int) -> bool:
+    """Whether the MLP's output is `layer`'s output, run once on a small random input."""
+    param = next(mlp.parameters())
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 3, width, generator=generator).to(param.device, param.dtype)
+    captured: list[torch.Tensor] = []
+    handle = layer.register_forward_hook(lambda _m, _a, out: captured.append(out))
+    training = mlp.training
+    mlp.eval()
+    try:
+        with torch.no_grad():
+            out = mlp(x)
+    except Exception:  # noqa: BLE001 - an MLP that does not run on a plain input does not fit
+        return False
+    finally:
+        handle.remove()
+        mlp.train(training)
+    out = out[0] if isinstance(out, tuple) else out
+    if len(captured) != 1 or not isinstance(out, torch.Tensor):
+        return False
+    got = captured[0]
+    if got.shape != out.shape:
+        return False
+    scale = float(out.abs().max()) or 1.0
+    return torch.equal(got, out) or torch.allclose(got, out, rtol=1e-5, atol=1e-6 * scale)
+
+
+def _mlp(adapter: Adapter, block: nn.Module) -> tuple[str, nn.Module]:
+    part = adapter.part("ffn")
+    return part.input_path, lookup(block, part.input_path)
+
+
+def _final_linear(model: nn.Module, adapter: Adapter, block: int) -> tuple[str, nn.Module] | str:
+    """(path from block `block` (1-based), layer) of the MLP's final linear layer, or why there
+    is none that ReplaceMe can fold a transform into."""
+    name = f"architecture '{adapter.name}' ({type(model).__name__})"
+    if adapter.task != "causal":
+        return f"{name} is a masked LM: pruning exports causal LMs only"
+    try:
+        part_adapter(adapter)
+        part = adapter.part("ffn")
+    except UnsupportedArchitecture as exc:
+        return f"{exc}; ReplaceMe folds its transform into the MLP: use --variant drop"
+    if adapter.parts[0].name == "attn":
+        return (
+            f"{name} has post-norm blocks (a norm after each residual add), so a block's output "
+            "is not r + X with X its MLP output: ReplaceMe's transform cannot be folded into the "
+            "MLP; use --variant drop"
+        )
+    if part.output != part.input_path:
+        return (
+            f"{name} has a norm after its MLP ({part.output}, before the residual add), so the "
+            f"transform cannot be folded into the MLP's final linear layer: use --variant drop"
+        )
+    blocks = adapter.blocks(model)
+    path, mlp = _mlp(adapter, blocks[block - 1])
+    width = int(model.config.get_text_config().hidden_size)
+    tried = []
+    for child in _candidates(mlp):
+        layer = getattr(mlp, child)
+        tried.append(child)
+        if _linear_width(layer) == width and _is_output_of(mlp, layer, width):
+            return f"{path}.{child}", layer
+    found = f"tried {', '.join(tried)}" if tried else "it has no nn.Linear or Conv1D child"
+    return (
+        f"{name}: no final linear layer of the MLP ({path}, {type(mlp).__name__}) whose output is "
+        f"the MLP's output ({found}); the transform cannot be folded: use --variant drop"
+    )
+
+
+def fold_problem(model: nn.Module, adapter: Adapter, block: int = 1) -> str | None:
+    """Why a ReplaceMe transform cannot be folded into block `block`'s (1-based) MLP of this
+    model, else None. The final linear layer is found by name and checked by running the MLP once
+    on a random input: its output must be the MLP's output."""
+    found = _final_linear(model, adapter, block)
+    return found if isinstance(found, str) else None
+
+
+def fold_transform(layer: nn.Module, weight: np.ndarray) -> None:
+    """Make a linear layer output y @ weight.T where it output y (float64, then its dtype)."""
+    with torch.no_grad():
+        w = torch.as_tensor(np.asarray(weight), dtype=torch.float64, device=layer.weight.device)
+        old = layer.weight.to(torch.float64)
+        if isinstance(layer, Conv1D):  # y = a @ W + b, W (d_ff, d)
+            new_weight, new_bias = old @ w.T, None
+            if layer.bias is not None:
+                new_bias = layer.bias.to(torch.float64) @ w.T
+        else:  # nn.Linear: y = a @ W.T + b, W (d, d_ff)
+            new_weight, new_bias = w @ old, None
+            if layer.bias is not None:
+                new_bias = w @ layer.bias.to(torch.float64)
+        layer.weight.copy_(new_weight.to(layer.weight.dtype))
+        if new_bias is not None:
+            layer.bias.copy_(new_bias.to(layer.bias.dtype))
+
+
+# --- pruning in memory ------------------------------------------------------------------------
+
+
+def span_problem(num_layers: int, start: int, length: int, variant: str) -> str | None:
+    """Why blocks start+1..start+length cannot be removed from a model of `num_layers` blocks."""
+    if variant not in VARIANTS:
+        return f"variant '{variant}' is not one of {', '.join(VARIANTS)}"
+    span = f"start {start}, length {length}"
+    if length < 1:
+        return f"{span}: length must be at least 1 (the number of blocks removed)"
+    if length >= num_layers:
+        return f"{span}: the model has {num_layers} blocks, so at most {num_layers - 1} can go"
+    if start < 0:
+        return f"{span}: start must be 0 or more (the last block kept before the span)"
+    if start + length > num_layers:
+        return (
+            f"{span}: blocks {start + 1}..{start + length} run past the model's {num_layers} "
+            f"blocks (start + length ≤ {num_layers})"
+        )
+    if variant == "replaceme" and start < 1:
+        return (
+            f"{span}: ReplaceMe folds its transform into block {start}'s MLP, and block 0 is "
+            "the embeddings: start must be 1 or more (or use --variant drop)"
+        )
+    return None
+
+
+def transform_problem(transform: np.ndarray, width: int) -> str | None:
+    """Why `transform` is not a (width, width) matrix of finite values, else None."""
+    weight = np.asarray(transform)
+    if weight.shape != (width, width):
+        return (
+            f"the transform has shape {weight.shape}; the model's width is {width}, so it must "
+            f"be ({width}, {width})"
+        )
+    if not np.isfinite(weight).all():
+        return "the transform has non-finite values (NaN or inf)"
+    return None
+
+
+@contextlib.contextmanager
+def _config_of_kept(config: Any, kept: Sequence[int], num_layers: int) -> Iterator[None]:
+    """The config as it would be with only blocks `kept`, for the duration (the model's forward
+    reads some per-layer settings, such as layer_types, by position in the block list)."""
+    saved = {key: value for key, value in vars(config).items() if isinstance(value, list)}
+    try:
+        _prune_config(config, kept, num_layers)
+        yield
+    finally:
+        config.num_hidden_layers = num_layers
+        for key, value in saved.items():
+            setattr(config, key, value)
+
+
+def _prune_config(config: Any, kept: Sequence[int], num_layers: int) -> None:
+    """The config of a model with only blocks `kept` (0-based, of `num_layers`)."""
+    config.num_hidden_layers = len(kept)
+    new_index = {old: new for new, old in enumerate(kept)}
+    for key, value in list(vars(config).items()):
+        if not isinstance(value, list) or "layer" not in key:
+            continue
+        if key in INDEX_LISTS:
+            setattr(config, key, [new_index[i] for i in value if i in new_index])
+        elif len(value) == num_layers:  # one entry per layer (layer_types, no_rope_layers)
+            setattr(config, key, [value[i] for i in kept])
+
+
+def prune_blocks(
+    model: nn.Module,
+    adapter: Adapter,
+    start: int,
+    length: int,
+    transform: np.ndarray | None,
+) -> None:
+    """Remove blocks start+1..start+length (1-based) of `model` in place, folding `transform`
+    (weight (d, d), new MLP output X @ weight.T; None: drop the blocks) into block `start`'s MLP
+    final linear layer. The config follows (num_hidden_layers, per-layer lists such as
+    layer_types) and the attention modules' layer_idx are renumbered for generate's KV cache."""
+    blocks = adapter.blocks(model)
+    num_layers = len(blocks)
+    variant = "drop" if transform is None else "replaceme"
+    problem = span_problem(num_layers, start, length, variant)
+    if problem:
+        raise ValueError(problem)
+    config = model.config.get_text_config()
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and start + length < num_layers:
+        raise ValueError(
+            f"architecture '{adapter.name}': scale_attn_by_inverse_layer_idx scales each block's "
+            "attention by its position, so the blocks after the span would change when "
+            "renumbered: prune only the last blocks (start + length = num_layers)"
+        )
+    if transform is not None:
+        found = _final_linear(model, adapter, start)
+        if isinstance(found, str):
+            raise UnsupportedArchitecture(found)
+        problem = transform_problem(transform, int(config.hidden_size))
+        if problem:
+            raise ValueError(problem)
+        fold_transform(found[1], transform)
+    kept = [b for b in range(num_layers) if not start <= b < start + length]
+    del blocks[start : start + length]  # ModuleList renumbers the blocks that follow
+    _prune_config(config, kept, num_layers)
+    for index, block in enumerate(blocks):
+        for module in block.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                module.layer_idx = index
+
+
+# --- the maps file ----------------------------------------------------------------------------
+
+
+def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:
+    """The ReplaceMe transform of a span from the workflow's maps file (safetensors), checked
+    against the checksum the file stores for it where it has one."""
+    from safetensors import SafetensorError, safe_open
+
+    from jtc.shortcuts.maps import CHECKSUMS, read_tensor_file
+
+    name = replaceme_tensor_name(start, length)
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            meta = handle.metadata() or {}
+            names = list(handle.keys())
+            value = handle.get_tensor(name) if name in names else None
+    except (SafetensorError, OSError) as exc:
+        raise OSError(f"cannot read the maps file {path}: {exc}") from exc
+    if value is None:
+        spans = sorted(
+            (int(m[1]), int(m[2])) for m in map(MAP_NAME.fullmatch, names) if m is not None
+        )
+        have = ", ".join(f"start {s} length {n}" for s, n in spans) or "none"
+        raise ValueError(
+            f"{path} has no ReplaceMe transform for start {start}, length {length} (tensor "
+            f"'{name}'); its spans: {have}"
+        )
+    if CHECKSUMS in meta and "format" in meta:  # a jtc tensor file: its checksum is verified
+        tensors, _ = read_tensor_file(path, meta["format"], "pruning maps", name.__eq__)
+        value = tensors[name]
+    return value
+
+
+# --- writing a pruned checkpoint --------------------------------------------------------------
+
+
+def _check_batch(model: nn.Module) -> dict[str, torch.Tensor]:
+    vocab = model.get_input_embeddings().num_embeddings
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, max(4, vocab - 1), CHECK_TOKENS, generator=generator)
+    device = next(model.parameters()).device
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+
+
+def hooked_logits(
+    model: nn.Module,
+    adapter: Adapter,
+    start: int,
+    length: int,
+    transform: np.ndarray | None,
+    batch: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """The logits of the pruned model computed on the unpruned one, with hooks: block `start`'s
+    MLP output times the transform, blocks start+1..start+length skipped (and the config's
+    per-layer settings those of the blocks kept)."""
+    blocks = adapter.blocks(model)
+    handle = None
+    if transform is not None:
+        _, mlp = _mlp(adapter, blocks[start - 1])
+        device = next(mlp.parameters()).device
+        w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
+        handle = mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
+    kept = [b for b in range(len(blocks)) if not start <= b < start + length]
+    config = model.config.get_text_config()
+    old = adapter.swap_blocks(model, [blocks[b] for b in kept])
+    try:
+        with torch.no_grad(), _config_of_kept(config, kept, len(old)):
+            return model(**batch, use_cache=False).logits.float()
+    finally:
+        adapter.swap_blocks(model, old)
+        if handle is not None:
+            handle.remove()
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    if got.shape != want.shape:
+        return float("inf")
+    return float((got - want).abs().max()) / (float(want.abs().max()) or 1.0)
+
+
+def _check_fold(pruned: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> float:
+    """The pruned model's logits against the hooked reference's: equal up to rounding (in 16-bit
+    weights the folded matrix is rounded once more, so only gross errors are refused)."""
+    error = _relative_error(pruned, reference)
+    tolerance = FOLD_TOLERANCE if dtype == torch.float32 else FOLD_TOLERANCE_16BIT
+    if not error <= tolerance:
+        raise RuntimeError(
+            f"the pruned model's logits differ from the hooked reference's (the original model "
+            f"with the transform applied by a hook and the blocks skipped) by {error:.2g} of "
+            f"their largest value (tolerance {tolerance}); nothing was written. Please report "
+            f"this with the model's config.json"
+        )
+    return error
+
+
+def _check_export(
+    folder: Path, pruned: torch.Tensor, batch: dict[str, torch.Tensor], dtype: torch.dtype
+) -> float:
+    """Load the written checkpoint with plain transformers (no remote code), compare its logits
+    with the pruned model's in memory, and generate a few tokens with its KV cache."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+    model = model.to(pruned.device).eval()
+    with torch.no_grad():
+        error = _relative_error(model(**batch, use_cache=False).logits.float(), pruned)
+        if not error <= RELOAD_TOLERANCE:
+            raise RuntimeError(
+                f"the checkpoint written to {folder} does not reproduce the pruned model: loaded "
+                f"with transformers, its logits differ from the pruned model's by {error:.2g} of "
+                f"their largest value (tolerance {RELOAD_TOLERANCE}; a per-layer setting of the "
+                f"config that pruning does not follow?); nothing was written. Please report this "
+                f"with the model's config.json"
+            )
+        pad = getattr(model.generation_config, "pad_token_id", None)
+        model.generate(
+            **batch,
+            max_new_tokens=CHECK_NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=pad if pad is not None else 0,
+        )
+    return error
+
+
+def write_pruned(
+    model_dir: str | Path,
+    out: str | Path,
+    *,
+    start: int,
+    length: int,
+    variant: str,
+    transform: np.ndarray | None = None,
+    force: bool = False,
+    transform_source: str | None = None,
+) -> Path:
+    """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
+    removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
+    tokenizer and pruning.json. `variant` 'replaceme' folds `transform` (weight (d, d), new MLP
+    output X @ weight.T) into block `start`'s MLP; 'drop' takes none. The folder is written
+    beside `out` and renamed into place once it loads with plain transformers and reproduces the
+    hooked pruned model's logits; `transform_source` says in pruning.json where `transform`
+    came from."""
+    import transformers
+
+    from jtc import __version__
+    from jtc.files.io import atomic_dir
+    from jtc.model.adapters import adapter_of
+    from jtc.model.cache import load_model
+
+    out = Path(out)
+    if variant not in VARIANTS:
+        raise ValueError(f"variant '{variant}' is not one of {', '.join(VARIANTS)}")
+    if (variant == "replaceme") != (transform is not None):
+        raise ValueError(
+            "variant 'replaceme' needs a transform (--maps FILE)"
+            if transform is None
+            else "variant 'drop' takes no transform (--maps is for --variant replaceme)"
+        )
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(
+            f"{out} exists and is not empty: write to a new folder, or replace it "
+            f"(--force; force=True)"
+        )
+    model, tokenizer, info = load_model(model_dir, threads=torch.get_num_threads())
+    adapter = adapter_of(info)
+    name = f"model '{info.get('name', Path(model_dir).name)}'"
+    if adapter.task != "causal":
+        raise UnsupportedArchitecture(
+            f"{name} (architecture '{adapter.name}') is a masked LM: pruning exports causal LMs "
+            "only"
+        )
+    num_layers = len(adapter.blocks(model))
+    problem = span_problem(num_layers, start, length, variant)
+    if problem is None and transform is not None:
+        width = int(model.config.get_text_config().hidden_size)
+        problem = transform_problem(transform, width) or fold_problem(model, adapter, start)
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    batch = _check_batch(model)
+    reference = hooked_logits(model, adapter, start, length, transform, batch)
+    before = sum(p.numel() for p in model.parameters())
+    found = None if transform is None else _final_linear(model, adapter, start)
+    folded = found[0] if isinstance(found, tuple) else None
+    prune_blocks(model, adapter, start, length, transform)
+    after = sum(p.numel() for p in model.parameters())
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        pruned = model(**batch, use_cache=False).logits.float()
+    check = {"tokens": int(batch["input_ids"].numel())}
+    check["fold_error_relative"] = _check_fold(pruned, reference, dtype)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        pickles = [p.name for p in tmp.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl")]
+        if pickles:
+            raise RuntimeError(f"transformers wrote pickled files {pickles}; nothing was written")
+        del model  # the written one is loaded in its place
+        check["reload_error_relative"] = _check_export(tmp, pruned, batch, dtype)
+        description = {
+            "format": FORMAT,
+            "model": info.get("name"),
+            "model_source": _shareable(info.get("source")),
+            "architecture": adapter.name,
+            "variant": variant,
+            "start": start,
+            "length": length,
+            "blocks_removed": list(range(start + 1, start + length + 1)),
+            "num_layers_before": num_layers,
+            "num_layers_after": num_layers - length,
+            "parameters_before": before,
+            "parameters_after": after,
+            "folded_into": None if folded is None else f"block {start}: {folded}",
+            "transform_source": transform_source,
+            "convention": (
+                "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "
+                "X @ weight.T, folded into its final linear layer; blocks_removed are gone"
+            ),
+            "check": check,
+            "versions": {
+                "jtc": __version__,
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+            },
+        }
+        (tmp / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def _shareable(source: str | None) -> str | None:
+    from jtc.api import shareable_source
+
+    return shareable_source(source)

