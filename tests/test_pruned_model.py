@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from architectures import ARCHITECTURES, COMMON
-from safetensors.numpy import save_file
 from tiny import SENTENCES, make_tokenizer
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
@@ -23,12 +22,11 @@ from jtc.model.cache import cache_model, load_cached
 from jtc.model.classes import task_of
 from jtc.model.discover import find_adapter
 from jtc.shortcuts import pruned_model
-from jtc.shortcuts.maps import TensorWriter
+from jtc.shortcuts.maps import SpanMapWriter
 from jtc.shortcuts.pruned_model import (
     fold_problem,
     prune_blocks,
     read_replaceme_map,
-    replaceme_tensor_name,
     write_pruned,
 )
 
@@ -396,10 +394,9 @@ def test_variant_and_transform_must_agree(cached, tmp_path):
 
 
 def write_maps(path, spans):
-    save_file(
-        {replaceme_tensor_name(s, n): random_transform(seed=s * 10 + n) for s, n in spans},
-        str(path),
-    )
+    with SpanMapWriter(path, {}) as writer:
+        for s, n in spans:
+            writer.add("replaceme", s, n, {"weight": random_transform(seed=s * 10 + n)})
     return path
 
 
@@ -414,7 +411,7 @@ def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
     assert lines[-1].startswith("replaceme: removed blocks 3..4 of 5 (3 left); parameters ")
     done = json.loads((tmp_path / "out/pruning.json").read_text())
     assert f"{done['parameters_before']:,} -> {done['parameters_after']:,}" in lines[-1]
-    assert done["transform_source"].endswith("replaceme.start_2.length_2.weight")
+    assert done["transform_source"].endswith("replaceme, start 2, length 2")
     original, _, _ = load_cached(model_dir)
     adapter = find_adapter(original, "causal")
     weight = random_transform(seed=START * 10 + LENGTH)
@@ -431,8 +428,8 @@ def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
     wrong = ["--start", "1", "--length", "2"]
     assert main([*argv, *wrong, "--out", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
-    assert "no ReplaceMe transform for start 1, length 2" in err
-    assert "its spans: start 1 length 3, start 2 length 2" in err
+    assert "no replaceme map for start 1, length 2" in err
+    assert "its replaceme spans: start 1 length 3, start 2 length 2" in err
     assert not (tmp_path / "o2").exists()
 
     # drop takes no maps; replaceme needs them
@@ -446,18 +443,15 @@ def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
 
 
 def test_checksummed_maps_are_verified(tmp_path):
-    """A maps file written by jtc (TensorWriter: checksums in its header) is checked on read."""
-    path = tmp_path / "maps.safetensors"
-    writer = TensorWriter(path)
-    writer.add(replaceme_tensor_name(2, 3), random_transform())
-    writer.close({"format": "jtc-pruning-maps-v1"})
-    np.testing.assert_array_equal(read_replaceme_map(path, 2, 3), random_transform())
+    """A maps file written by jtc (checksums in its header) is checked on read."""
+    path = write_maps(tmp_path / "maps.safetensors", [(2, 3)])
+    np.testing.assert_array_equal(read_replaceme_map(path, 2, 3), random_transform(seed=23))
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # one byte of the tensor's data
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="does not match its checksum"):
         read_replaceme_map(path, 2, 3)
-    with pytest.raises(OSError, match="cannot read the maps file"):
+    with pytest.raises(CorruptFileError, match="cannot read span map file"):
         read_replaceme_map(tmp_path / "missing.safetensors", 2, 3)
 
 

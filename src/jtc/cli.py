@@ -100,7 +100,7 @@ def _prune(args: argparse.Namespace) -> int:
         transform, source = None, None
         if args.maps:
             transform = read_replaceme_map(args.maps, args.start, args.length)
-            source = f"{args.maps}: replaceme.start_{args.start}.length_{args.length}.weight"
+            source = f"{args.maps}: replaceme, start {args.start}, length {args.length}"
         folder = write_pruned(
             args.model_dir,
             args.out,

@@ -99,7 +99,6 @@ rule pruning_tables:
     conda:
         "../envs/jtc.yaml"
     params:
-        num_layers=lambda w: num_layers(w.model),
         settings=IntervalSettings.param(config),
         seed=config["seed"],
         code=code_hash("pruning_tables"),

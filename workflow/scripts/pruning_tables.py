@@ -11,7 +11,6 @@ with job(snakemake):
         snakemake.output.selected,
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
-        num_layers=p.num_layers,
         settings=p.settings,
         seed=p.seed,
     )

@@ -17,6 +17,7 @@ CALIBRATION_COLUMNS = {
     "start": pa.int64(),
     "length": pa.int64(),
     "removed": pa.string(),
+    "fraction_removed": pa.float64(),  # length / L
     "angular_distance": pa.float64(),  # UIDL: mean arccos(cos(h_i, h_{i+n}))/π, every token
     "block_influence": pa.float64(),  # ShortGPT: Block Influence summed over the span
     "calibration_loss": pa.float64(),  # ||ĥ_{i+n} - h_{i+n}||² / ||h_{i+n}||², the variant's
@@ -29,6 +30,7 @@ SELECTION_COLUMNS = {
     "variant": pa.string(),
     "start": pa.int64(),  # -1: the removed blocks are not consecutive
     "removed": pa.string(),
+    "fraction_removed": pa.float64(),
 }
 # each metric: a token-weighted mean, and its interval
 METRICS = ("cross_entropy", "cross_entropy_full", "perplexity_ratio", "top1_agreement", "kl")
@@ -124,7 +126,6 @@ def span_table(
     *,
     model: str,
     corpus: str,
-    num_layers: int,
 ) -> pa.Table:
     """One row per (variant, length, start) of the calibration table, with its run's scores."""
     rows = []
@@ -139,7 +140,6 @@ def span_table(
                 "model": model,
                 "corpus": corpus,
                 **span,
-                "fraction_removed": span["length"] / num_layers,
                 **run,
             }
         )
@@ -153,7 +153,6 @@ def selected_table(
     *,
     model: str,
     corpus: str,
-    num_layers: int,
 ) -> pa.Table:
     """One row per (length, selection rule, variant): the span the rule chose on calibration
     sentences and its scores on the evaluation sentences."""
@@ -165,7 +164,6 @@ def selected_table(
                 "model": model,
                 "corpus": corpus,
                 **chosen,
-                "fraction_removed": chosen["length"] / num_layers,
                 **run,
             }
         )

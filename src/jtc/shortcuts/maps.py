@@ -525,3 +525,26 @@ def load_span_maps(
         variant, start, length, part = key(name)
         grouped.setdefault((variant, start, length), {})[part] = value
     return {k: _to_map(path, parts, {}) for k, parts in sorted(grouped.items())}
+
+
+def load_span_map(path: str | Path, variant: str, start: int, length: int) -> ShortcutMap:
+    """One span's map from a file written by SpanMapWriter; a ValueError naming the spans the
+    file has for that variant when it has not this one."""
+    key = (variant, start, length)
+    found = load_span_maps(path, lambda *k: k == key)
+    if key in found:
+        return found[key]
+    with safe_open(str(path), framework="numpy") as handle:  # the header only
+        names = list(handle.keys())
+    spans = sorted(
+        {
+            (int(n.split(".")[1][6:]), int(n.split(".")[2][7:]))
+            for n in names
+            if n.startswith(f"{variant}.")
+        }
+    )
+    have = ", ".join(f"start {i} length {n}" for i, n in spans) or "none"
+    raise ValueError(
+        f"{path} has no {variant} map for start {start}, length {length} (blocks "
+        f"{start + 1}-{start + length}); its {variant} spans: {have}"
+    )

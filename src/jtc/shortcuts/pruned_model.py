@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,12 +58,6 @@ CHECK_NEW_TOKENS = 2  # tokens an export generates when it is checked
 # reference (float32 weights; 16-bit ones, where the folded matrix is rounded), and of the
 # written checkpoint loaded with transformers against the pruned model in memory
 FOLD_TOLERANCE, FOLD_TOLERANCE_16BIT, RELOAD_TOLERANCE = 1e-3, 0.2, 1e-3
-MAP_NAME = re.compile(r"replaceme\.start_(\d+)\.length_(\d+)\.weight")
-
-
-def replaceme_tensor_name(start: int, length: int) -> str:
-    """The name of the ReplaceMe transform of a span in the workflow's maps file."""
-    return f"replaceme.start_{start}.length_{length}.weight"
 
 
 # --- the MLP's final linear layer -------------------------------------------------------------
@@ -298,33 +291,11 @@ def prune_blocks(
 
 
 def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:
-    """The ReplaceMe transform of a span from the workflow's maps file (safetensors), checked
-    against the checksum the file stores for it where it has one."""
-    from safetensors import SafetensorError, safe_open
+    """The ReplaceMe transform of a span from the workflow's maps file
+    (jtc.shortcuts.maps.load_span_map: its checksum verified)."""
+    from jtc.shortcuts.maps import load_span_map
 
-    from jtc.shortcuts.maps import CHECKSUMS, read_tensor_file
-
-    name = replaceme_tensor_name(start, length)
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            meta = handle.metadata() or {}
-            names = list(handle.keys())
-            value = handle.get_tensor(name) if name in names else None
-    except (SafetensorError, OSError) as exc:
-        raise OSError(f"cannot read the maps file {path}: {exc}") from exc
-    if value is None:
-        spans = sorted(
-            (int(m[1]), int(m[2])) for m in map(MAP_NAME.fullmatch, names) if m is not None
-        )
-        have = ", ".join(f"start {s} length {n}" for s, n in spans) or "none"
-        raise ValueError(
-            f"{path} has no ReplaceMe transform for start {start}, length {length} (tensor "
-            f"'{name}'); its spans: {have}"
-        )
-    if CHECKSUMS in meta and "format" in meta:  # a jtc tensor file: its checksum is verified
-        tensors, _ = read_tensor_file(path, meta["format"], "pruning maps", name.__eq__)
-        value = tensors[name]
-    return value
+    return load_span_map(path, "replaceme", start, length).tensors["weight"]
 
 
 # --- writing a pruned checkpoint --------------------------------------------------------------

@@ -98,6 +98,7 @@ def calibrate_pruning(
             "start": fit.start,
             "length": fit.length,
             "removed": removed_label(range(fit.start + 1, fit.start + fit.length + 1)),
+            "fraction_removed": fit.length / num_layers,
             "angular_distance": grams.angular_distance(fit.start, fit.length),
             "block_influence": float(influence[fit.start : fit.start + fit.length].sum()),
             "calibration_loss": fit.loss,
@@ -114,6 +115,7 @@ def calibrate_pruning(
             "variant": s.variant,
             "start": s.start,
             "removed": removed_label(s.removed),
+            "fraction_removed": s.length / num_layers,
         }
         for s in select_spans(grams, fits, lengths, config.variants)
     ]
@@ -140,15 +142,15 @@ def run_pruned(
     against the unpruned model (jtc.shortcuts.span_runs.span_scores)."""
     from jtc.data.corpus import select_split
     from jtc.data.extract import pad_token_id
-    from jtc.files.io import CorruptFileError, read_table, write_table
+    from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
     from jtc.model.head import load_decoder_head
     from jtc.settings import SpanRunSettings
-    from jtc.shortcuts.maps import ShortcutMap, load_span_maps
+    from jtc.shortcuts.maps import ShortcutMap, load_span_map
     from jtc.shortcuts.span_runs import SpanRun, span_scores
-    from jtc.shortcuts.spans import parse_removed, removed_label, resolved_lengths, spans
+    from jtc.shortcuts.spans import parse_removed, resolved_lengths, spans
 
     config = SpanRunSettings.of(settings)
     net, tokenizer, info = load_model(model_dir, threads, device_map)
@@ -170,14 +172,7 @@ def run_pruned(
         """The run's map, read from the file when the run starts (None for drop)."""
         if run.variant == "drop":
             return None
-        key = (run.variant, run.start, run.length)
-        found = load_span_maps(maps, lambda *k: k == key)
-        if key not in found:
-            raise CorruptFileError(
-                f"{maps} holds no {run.variant} map for blocks {removed_label(run.removed)}: it "
-                "was written for other pruning settings; rerun calibrate_pruning"
-            )
-        return found[key]
+        return load_span_map(maps, run.variant, run.start, run.length)
 
     table = select_split(read_table(sentences), "validation", config.evaluation_sentences, corpus)
     inputs, ids = _every_token(tokenizer, info, table, max_tokens)
@@ -196,7 +191,6 @@ def pruning_tables(
     *,
     model: str,
     corpus: str,
-    num_layers: int,
     settings: dict,
     seed: int,
 ) -> None:
@@ -209,7 +203,7 @@ def pruning_tables(
 
     ready()
     scores = run_scores(read_table(runs), IntervalSettings.of(settings), seed)
-    names = {"model": model, "corpus": corpus, "num_layers": num_layers}
+    names = {"model": model, "corpus": corpus}
     write_table(span_table(scores, read_table(calibration), **names), spans_out, csv=True)
     write_table(selected_table(scores, read_table(selection), **names), selected_out, csv=True)
 
@@ -250,33 +244,43 @@ def export_pruned(
     """The pruned model as a Hugging Face folder (jtc.shortcuts.pruned_model.write_pruned): the
     span of `export_length` blocks (None: the configured length closest to a quarter of the
     depth) that `export_selection` chose for `export_variant`."""
+    import torch
+
     from jtc.files.io import read_json, read_table
     from jtc.logs import ready
     from jtc.settings import ExportSettings
-    from jtc.shortcuts.maps import load_span_maps
-    from jtc.shortcuts.pruned_model import write_pruned
+    from jtc.shortcuts.pruned_model import read_replaceme_map, write_pruned
     from jtc.shortcuts.spans import export_length, resolved_lengths
 
+    torch.set_num_threads(threads)
     config = ExportSettings.of(settings)
     ready()
     num_layers = read_json(f"{model_dir}/info.json")["num_layers"]
     n = config.export_length or export_length(resolved_lengths(lengths, num_layers), num_layers)
+    wanted = (n, config.export_selection, config.export_variant)
     rows = [
         r
         for r in read_table(selection).to_pylist()
-        if (r["length"], r["selection"], r["variant"])
-        == (n, config.export_selection, config.export_variant)
+        if (r["length"], r["selection"], r["variant"]) == wanted
     ]
     if not rows:
         raise ValueError(
-            f"config key 'pruning.export_length': no {config.export_variant} span of {n} blocks "
-            f"was chosen by {config.export_selection}; it must be one of pruning.lengths"
+            f"config key 'pruning.export_variant': no {config.export_variant} span of {n} blocks "
+            f"was chosen by {config.export_selection} for model '{model}'; export_variant must be "
+            "one of pruning.variants and export_length one of pruning.lengths"
         )
     start = rows[0]["start"]
     transform = None
     if config.export_variant == "replaceme":
-        wanted = load_span_maps(maps, lambda v, i, k: (v, i, k) == ("replaceme", start, n))
-        transform = wanted["replaceme", start, n].tensors["weight"]
+        transform = read_replaceme_map(maps, start, n)
     write_pruned(
-        model_dir, out, start=start, length=n, variant=config.export_variant, transform=transform
+        model_dir,
+        out,
+        start=start,
+        length=n,
+        variant=config.export_variant,
+        transform=transform,
+        transform_source=f"{maps}: replaceme, start {start}, length {n}"
+        if transform is not None
+        else None,
     )
