@@ -229,3 +229,57 @@ def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
         agreement = [int((a == b).sum()) for a, b in zip(tops, full_tops, strict=True)]
         assert rows["agreement"] == agreement
         assert all(k >= 0 for k in rows["kl"]) and sum(rows["overflowed"]) == 0
+
+
+def test_span_runs_keep_each_blocks_own_attention_type():
+    """Qwen2 with sliding-window attention in its last block: a span run reads each kept
+    block's layer type (config.layer_types by position) as the pruned checkpoint does."""
+    from test_pruned_model import TOKENIZER, make
+
+    from jtc.shortcuts.pruned_model import prune_blocks
+
+    model, adapter = make("qwen2")
+    inputs = token_inputs(TOKENIZER)
+    layers = len(adapter.blocks(model))
+    plan = StatisticsPlan.of(layers, [2], ["drop", "replaceme"])
+    grams = span_statistics(model, adapter, inputs, plan, batch_size=3, pad_id=0)
+    weight = fit_span(grams, "replaceme", 1, 2, rank=2).tensors["weight"]
+    runs = [SpanRun.span("drop", 0, 2), SpanRun.span("replaceme", 1, 2)]
+    head = Head.from_model(model, adapter)
+    maps = {("replaceme", 1, 2): ShortcutMap({"weight": weight})}
+    table = span_scores(
+        model,
+        adapter,
+        head,
+        inputs,
+        np.arange(len(inputs)),
+        runs,
+        lambda run: maps.get((run.variant, run.start, run.length)),
+        batch_size=3,
+        pad_id=0,
+    ).to_pydict()
+    for k, run in enumerate(runs):
+        pruned = copy.deepcopy(model)
+        transform = weight if run.variant == "replaceme" else None
+        prune_blocks(pruned, adapter, run.start, run.length, transform)
+        losses, _ = sentence_losses(pruned, inputs)
+        got = table["cross_entropy"][k * len(inputs) : (k + 1) * len(inputs)]
+        np.testing.assert_allclose(got, losses, rtol=1e-4)
+
+
+def test_models_that_cannot_be_pruned_are_refused_by_name():
+    from jtc.model.adapters import Adapter
+    from jtc.shortcuts.spans import pruning_problem
+
+    llama = get_adapter("llama")
+    parallel = Adapter(
+        "gpt_neox", "causal", "gpt_neox", "layers", "final_layer_norm", (), "embed_out"
+    )
+    masked = pruning_problem("bert", "masked", None, 2, [1], ["drop"])
+    assert "config key 'pruning.models': model 'bert' is a masked LM" in masked
+    no_parts = pruning_problem("neox", "causal", parallel, 6, [2], ["drop", "replaceme"])
+    assert "config key 'pruning.variants': replaceme" in no_parts and "gpt_neox" in no_parts
+    assert pruning_problem("neox", "causal", parallel, 6, [2], ["drop", "mat"]) is None
+    too_long = pruning_problem("llama", "causal", llama, 6, [2, 6], ["drop"])
+    assert "'pruning.lengths': 6 blocks cannot be removed from a model of 6 blocks" in too_long
+    assert pruning_problem("llama", "causal", llama, None, [40], ["drop"]) is None  # depth unknown

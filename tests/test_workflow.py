@@ -769,12 +769,18 @@ def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tin
         assert all(f"{r['r2_middle_to_last']:.4g}" in shown for r in headline)
 
 
-def readme_example(number=0):
-    """The README's `number`-th Python example after its **Python API** paragraph."""
+def readme_example():
+    """The README's Python example after its **Python API** paragraph."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("**Python API**")
-    for _ in range(number + 1):
-        start = text.index("```python", start) + len("```python")
+    start = text.index("```python", text.index("**Python API**")) + len("```python")
+    return text[start : text.index("```", start)]
+
+
+def own_model_example():
+    """docs/outputs.md's Python example after its **Without a workflow folder.** paragraph."""
+    text = (ROOT / "docs" / "outputs.md").read_text()
+    start = text.index("```python", text.index("**Without a workflow folder.**"))
+    start += len("```python")
     return text[start : text.index("```", start)]
 
 
@@ -1029,12 +1035,12 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
         assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure
 
-    # the README's own-model example: SmolLM2 from its source and exported maps, hooks
+    # docs/outputs.md's own-model example: SmolLM2 from its source and exported maps, hooks
     from jtc.cli import main
 
     export = ["--results", str(tmp_path / "results"), "--model", "smollm2", "--corpus", "news"]
     assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
-    code = readme_example(1) + "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
+    code = own_model_example() + "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )

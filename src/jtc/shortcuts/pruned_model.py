@@ -220,7 +220,7 @@ def transform_problem(transform: np.ndarray, width: int) -> str | None:
 
 
 @contextlib.contextmanager
-def _config_of_kept(config: Any, kept: Sequence[int], num_layers: int) -> Iterator[None]:
+def config_of_kept(config: Any, kept: Sequence[int], num_layers: int) -> Iterator[None]:
     """The config as it would be with only blocks `kept`, for the duration (the model's forward
     reads some per-layer settings, such as layer_types, by position in the block list)."""
     saved = {key: value for key, value in vars(config).items() if isinstance(value, list)}
@@ -331,7 +331,7 @@ def hooked_logits(
     config = model.config.get_text_config()
     old = adapter.swap_blocks(model, [blocks[b] for b in kept])
     try:
-        with torch.no_grad(), _config_of_kept(config, kept, len(old)):
+        with torch.no_grad(), config_of_kept(config, kept, len(old)):
             return model(**batch, use_cache=False).logits.float()
     finally:
         adapter.swap_blocks(model, old)

@@ -32,6 +32,7 @@ from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import hidden_input, hidden_output
 from jtc.shortcuts.maps import ShortcutMap
+from jtc.shortcuts.pruned_model import config_of_kept
 from jtc.shortcuts.pruning import SpanGrams
 from jtc.shortcuts.spans import StatisticsPlan, removed_label
 
@@ -187,12 +188,15 @@ def stand_in(
 
 @contextmanager
 def _running(
-    model: nn.Module, adapter: Adapter, kept: Sequence[nn.Module], first_input: torch.Tensor | None
+    model: nn.Module, adapter: Adapter, kept: Sequence[int], first_input: torch.Tensor | None
 ) -> Iterator[dict]:
-    """The backbone runs only the blocks `kept`, in order, the first of them on `first_input`
-    (None: on what comes before it, the embeddings); the last one's output is kept
-    (`["final"]`)."""
+    """The backbone runs only the blocks `kept` (0-based), in order, the first of them on
+    `first_input` (None: on what comes before it, the embeddings), with the config's per-layer
+    settings (layer_types) of those blocks; the last one's output is kept (`["final"]`)."""
     out: dict[str, torch.Tensor] = {}
+    blocks = adapter.blocks(model)
+    modules = [blocks[b] for b in kept]
+    config = model.config.get_text_config()
 
     def substitute(module, args, kwargs):
         hidden = hidden_input(args, kwargs)
@@ -204,12 +208,14 @@ def _running(
     def last(module, args, output):
         out["final"] = hidden_output(output).float()
 
-    original = adapter.swap_blocks(model, list(kept))
-    handles = [kept[-1].register_forward_hook(last)]
+    num_layers = len(blocks)
+    original = adapter.swap_blocks(model, modules)
+    handles = [modules[-1].register_forward_hook(last)]
     if first_input is not None:
-        handles.append(kept[0].register_forward_pre_hook(substitute, with_kwargs=True))
+        handles.append(modules[0].register_forward_pre_hook(substitute, with_kwargs=True))
     try:
-        yield out
+        with config_of_kept(config, kept, num_layers):
+            yield out
     finally:
         for handle in handles:
             handle.remove()
@@ -249,10 +255,10 @@ def _final_states(
     blocks = adapter.blocks(model)
     removed = set(run.removed)
     if run.start < 0:  # not consecutive: the other blocks run from the embeddings
-        kept = [b for n, b in enumerate(blocks, 1) if n not in removed]
+        kept = [b for b in range(len(blocks)) if b + 1 not in removed]
         first = None
     else:
-        kept = list(blocks)[run.start + run.length :]
+        kept = list(range(run.start + run.length, len(blocks)))
         first = stand_in(run, linear, states, ffn, device)
         if not kept:  # the span ends at the last block
             return first
