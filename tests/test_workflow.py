@@ -5,6 +5,7 @@ how a config given with --configfile replaces the default one, and the smoke exp
 The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
 reruns in its own copy (harness.copy_run)."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -996,6 +997,10 @@ EVERY_STAGE = {
     "replace_parts",
     "submodule_table",
     "plot_submodules",
+    "calibrate_pruning",
+    "run_pruned",
+    "pruning_tables",
+    "plot_pruning",
     "all",
 }
 
@@ -1034,6 +1039,16 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
             assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
     for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
         assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure
+    # depth pruning on real weights, and the smaller checkpoint it writes
+    selected = pq.read_table(metrics / "smollm2/news/pruning_selected.parquet").to_pylist()
+    assert {r["variant"] for r in selected} == set(smoke["pruning"]["variants"])
+    assert all(r["length"] == 8 and r["perplexity_ratio"] > 1 for r in selected)
+    assert rules_run(run_snakemake(tmp_path, "pruned", configfile=SMOKE)) == {
+        "export_pruned": 1,
+        "pruned": 1,
+    }
+    written = json.loads((tmp_path / "results/pruned/smollm2/news/config.json").read_text())
+    assert written["num_hidden_layers"] == 30 - 8
 
     # docs/outputs.md's own-model example: SmolLM2 from its source and exported maps, hooks
     from jtc.cli import main

@@ -210,7 +210,9 @@ def headline_pairs():
     """Every (model, corpus, whether the model is decoded, whether it is pruned there) of the
     run."""
     return [
-        [m, c, m in PREDICTING, EXPERIMENT.prunes(m, c)] for m in MODELS for c in CORPORA
+        [m, c, m in PREDICTING, EXPERIMENT.prunes(m, c)]
+        for m in MODELS
+        for c in CORPORA
     ]
 
 

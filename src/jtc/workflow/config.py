@@ -170,6 +170,11 @@ def pruning_config_problem(config: dict[str, Any]) -> str | None:
     problem = _listed_problem(config, "pruning")
     if problem:
         return problem
+    if section["export_variant"] not in section["variants"]:
+        return (
+            f"config key 'pruning.export_variant': {section['export_variant']} is not one of "
+            f"pruning.variants {section['variants']}: only an evaluated variant is exported"
+        )
     length, lengths = section["export_length"], section["lengths"]
     if length is not None and lengths and length not in lengths:
         return (
