@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 import torch
 from test_models import TEXTS
-from tiny import make_model, write_sentences
+from tiny import SENTENCES, make_model, write_sentences
 
 from jtc.data.extract import extract, prepare_sentences, run_states
 from jtc.data.states import part_file, read_site, read_states
@@ -105,6 +105,19 @@ def test_runs_from_stored_prefix_equal_the_whole_model(kind, jump, tmp_path):
     got = replaced_final_states(model, adapter, prefix, positions, jump, {}, 3)
     np.testing.assert_allclose(got, final_states(model, adapter, inputs, positions), atol=2e-5)
     assert len(adapter.blocks(model)) == 3  # the model is whole again
+
+
+def test_runs_after_a_jump_keep_each_blocks_own_attention_type(tmp_path):
+    """Qwen2 with sliding-window attention in its last block: the blocks after a jump read
+    their own layer types (config.layer_types, by position in the block list)."""
+    from test_pruned_model import TOKENIZER, make
+
+    model, adapter = make("qwen2")
+    inputs = [np.asarray(TOKENIZER(s)["input_ids"]) for s in SENTENCES]
+    positions = np.array([len(x) - 1 for x in inputs])
+    prefix = prefix_states(model, adapter, inputs, [2], 3, 0)[2]
+    got = replaced_final_states(model, adapter, prefix, positions, 2, {}, 3)
+    np.testing.assert_allclose(got, final_states(model, adapter, inputs, positions), atol=2e-5)
 
 
 @pytest.mark.parametrize("kind", KINDS)

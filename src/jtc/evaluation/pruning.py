@@ -10,6 +10,8 @@ import pyarrow as pa
 
 from jtc.files.io import rows_table
 from jtc.settings import IntervalSettings
+from jtc.shortcuts.pruning import Selected, SpanFit, SpanGrams
+from jtc.shortcuts.spans import removed_label
 
 # the calibration statistics of every span (jtc.stages.pruning.calibrate_pruning)
 CALIBRATION_COLUMNS = {
@@ -64,6 +66,45 @@ SELECTED_COLUMNS = {
     "removed": pa.string(),
     **_SCORES,
 }
+
+
+def calibration_table(grams: SpanGrams, fits: list[SpanFit]) -> pa.Table:
+    """CALIBRATION_COLUMNS of every fitted span, from the calibration sums."""
+    influence = grams.block_influence()
+    rows = [
+        {
+            "variant": fit.variant,
+            "start": fit.start,
+            "length": fit.length,
+            "removed": removed_label(range(fit.start + 1, fit.start + fit.length + 1)),
+            "fraction_removed": fit.length / grams.num_layers,
+            "angular_distance": grams.angular_distance(fit.start, fit.length),
+            "block_influence": float(influence[fit.start : fit.start + fit.length].sum()),
+            "calibration_loss": fit.loss,
+            "solver": fit.solver,
+            "calibration_tokens": grams.tokens,
+        }
+        for fit in fits
+    ]
+    return rows_table(rows, CALIBRATION_COLUMNS)
+
+
+def selection_table(chosen: list[Selected], num_layers: int) -> pa.Table:
+    """SELECTION_COLUMNS of the spans the selection rules chose."""
+    rows = [
+        {
+            "length": s.length,
+            "selection": s.selection,
+            "variant": s.variant,
+            "start": s.start,
+            "removed": removed_label(s.removed),
+            "fraction_removed": s.length / num_layers,
+        }
+        for s in chosen
+    ]
+    return rows_table(rows, SELECTION_COLUMNS)
+
+
 _SUMS = ("tokens", "cross_entropy", "cross_entropy_full", "kl", "agreement")
 
 

@@ -22,11 +22,8 @@ pruned model (then a few tokens generated with its KV cache).
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +31,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
+from jtc.model.kept_blocks import config_of_kept, prune_config
 
 VARIANTS = ("replaceme", "drop")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -50,8 +48,6 @@ FINAL_LINEARS = (
     "out_proj",
     "wo",
 )
-# per-layer config lists that hold layer indices rather than one entry per layer
-INDEX_LISTS = ("mlp_only_layers", "moe_layers")
 CHECK_TOKENS = (2, 7)  # the random batch an export is checked on: sequences x tokens
 CHECK_NEW_TOKENS = 2  # tokens an export generates when it is checked
 # largest logit error, relative to the largest logit: of the pruned model against the hooked
@@ -219,33 +215,6 @@ def transform_problem(transform: np.ndarray, width: int) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def config_of_kept(config: Any, kept: Sequence[int], num_layers: int) -> Iterator[None]:
-    """The config as it would be with only blocks `kept`, for the duration (the model's forward
-    reads some per-layer settings, such as layer_types, by position in the block list)."""
-    saved = {key: value for key, value in vars(config).items() if isinstance(value, list)}
-    try:
-        _prune_config(config, kept, num_layers)
-        yield
-    finally:
-        config.num_hidden_layers = num_layers
-        for key, value in saved.items():
-            setattr(config, key, value)
-
-
-def _prune_config(config: Any, kept: Sequence[int], num_layers: int) -> None:
-    """The config of a model with only blocks `kept` (0-based, of `num_layers`)."""
-    config.num_hidden_layers = len(kept)
-    new_index = {old: new for new, old in enumerate(kept)}
-    for key, value in list(vars(config).items()):
-        if not isinstance(value, list) or "layer" not in key:
-            continue
-        if key in INDEX_LISTS:
-            setattr(config, key, [new_index[i] for i in value if i in new_index])
-        elif len(value) == num_layers:  # one entry per layer (layer_types, no_rope_layers)
-            setattr(config, key, [value[i] for i in kept])
-
-
 def prune_blocks(
     model: nn.Module,
     adapter: Adapter,
@@ -280,7 +249,7 @@ def prune_blocks(
         fold_transform(found[1], transform)
     kept = [b for b in range(num_layers) if not start <= b < start + length]
     del blocks[start : start + length]  # ModuleList renumbers the blocks that follow
-    _prune_config(config, kept, num_layers)
+    prune_config(config, kept, num_layers)
     for index, block in enumerate(blocks):
         for module in block.modules():
             if isinstance(getattr(module, "layer_idx", None), int):

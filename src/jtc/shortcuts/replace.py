@@ -26,6 +26,7 @@ from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import StateRecorder, hidden_input, hidden_output
+from jtc.model.kept_blocks import config_of_kept
 from jtc.shortcuts.maps import ShortcutMap
 
 log = logging.getLogger(__name__)
@@ -183,16 +184,19 @@ def replaced_final_states(
     try:
         # the token ids only give the batch its shape: block jump+1's input is replaced
         dummies = [np.zeros(len(p), dtype=np.int64) for p in prefix]
-        states = run_states(
-            model,
-            adapter,
-            dummies,
-            positions,
-            batch_size,
-            0,
-            recorder=StateRecorder(suffix),
-            before_batch=load_batch,
-        )
+        # the config's per-layer settings (layer_types) follow the blocks that run
+        config = model.config.get_text_config()
+        with config_of_kept(config, range(jump, len(blocks)), len(blocks)):
+            states = run_states(
+                model,
+                adapter,
+                dummies,
+                positions,
+                batch_size,
+                0,
+                recorder=StateRecorder(suffix),
+                before_batch=load_batch,
+            )
     finally:
         replacer.remove()
         handle.remove()

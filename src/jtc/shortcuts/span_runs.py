@@ -31,8 +31,8 @@ from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import hidden_input, hidden_output
+from jtc.model.kept_blocks import config_of_kept
 from jtc.shortcuts.maps import ShortcutMap
-from jtc.shortcuts.pruned_model import config_of_kept
 from jtc.shortcuts.pruning import SpanGrams
 from jtc.shortcuts.spans import StatisticsPlan, removed_label
 

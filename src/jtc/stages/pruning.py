@@ -40,8 +40,9 @@ def calibrate_pruning(
     import logging
 
     from jtc.data.corpus import select_split
-    from jtc.evaluation.pruning import CALIBRATION_COLUMNS, SELECTION_COLUMNS
-    from jtc.files.io import read_table, rows_table, write_table
+    from jtc.data.extract import pad_token_id
+    from jtc.evaluation.pruning import calibration_table, selection_table
+    from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
@@ -50,13 +51,7 @@ def calibrate_pruning(
     from jtc.shortcuts.methods import default_rank
     from jtc.shortcuts.pruning import fit_span, select_spans
     from jtc.shortcuts.span_runs import span_statistics
-    from jtc.shortcuts.spans import (
-        StatisticsPlan,
-        pruning_problem,
-        removed_label,
-        resolved_lengths,
-        spans,
-    )
+    from jtc.shortcuts.spans import StatisticsPlan, pruning_problem, resolved_lengths, spans
 
     log = logging.getLogger(__name__)
     config = CalibrationSettings.of(settings)
@@ -78,48 +73,21 @@ def calibrate_pruning(
         plan.matrices(),
         plan.matrices() * width * width * 8 / 1e9,
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad)
+    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad_token_id(tokenizer))
     rank = config.rank or default_rank(width)
     fits = [
         fit_span(grams, variant, start, n, rank)
         for variant in config.variants
         for start, n in spans(num_layers, lengths, variant)
     ]
-    influence = grams.block_influence()
     meta = {"model": model, "corpus": corpus, "calibration_tokens": grams.tokens, "rank": rank}
     with SpanMapWriter(maps_out, meta) as writer:
         for fit in fits:
             if fit.tensors:
                 writer.add(fit.variant, fit.start, fit.length, fit.tensors)
-    rows = [
-        {
-            "variant": fit.variant,
-            "start": fit.start,
-            "length": fit.length,
-            "removed": removed_label(range(fit.start + 1, fit.start + fit.length + 1)),
-            "fraction_removed": fit.length / num_layers,
-            "angular_distance": grams.angular_distance(fit.start, fit.length),
-            "block_influence": float(influence[fit.start : fit.start + fit.length].sum()),
-            "calibration_loss": fit.loss,
-            "solver": fit.solver,
-            "calibration_tokens": grams.tokens,
-        }
-        for fit in fits
-    ]
-    write_table(rows_table(rows, CALIBRATION_COLUMNS), calibration_out)
-    chosen = [
-        {
-            "length": s.length,
-            "selection": s.selection,
-            "variant": s.variant,
-            "start": s.start,
-            "removed": removed_label(s.removed),
-            "fraction_removed": s.length / num_layers,
-        }
-        for s in select_spans(grams, fits, lengths, config.variants)
-    ]
-    write_table(rows_table(chosen, SELECTION_COLUMNS), selection_out)
+    write_table(calibration_table(grams, fits), calibration_out)
+    chosen = select_spans(grams, fits, lengths, config.variants)
+    write_table(selection_table(chosen, num_layers), selection_out)
 
 
 def run_pruned(
