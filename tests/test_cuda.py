@@ -587,3 +587,46 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
         held_out_cpu = summary_cpu[f"0->{target}"]["best_holdout_loss"]
         assert held_out <= 1.1 * held_out_cpu + 1e-4, (target, held_out, held_out_cpu)
         assert summary[f"0->{target}"]["epochs"] >= 1
+
+
+# --- depth pruning -----------------------------------------------------------------------------
+
+
+def test_depth_pruning_sums_and_runs_equal_the_cpus():
+    """The calibration sums (float64 on the device) and the evaluation runs of every variant,
+    on DEVICE and on the CPU: the same sums, maps and per-sentence scores."""
+    from jtc.shortcuts.pruning import fit_span
+    from jtc.shortcuts.span_runs import SpanRun, span_scores, span_statistics
+    from jtc.shortcuts.spans import StatisticsPlan
+
+    model, tokenizer = make_model("llama", layers=4, width=WIDTH)
+    adapter = get_adapter("llama")
+    inputs = [np.asarray(tokenizer(s)["input_ids"]) for s in SENTENCES]
+    plan = StatisticsPlan.of(4, [2], ["drop", "mat", "replaceme", "rrr"])
+    runs = [SpanRun.span(v, 1, 2) for v in ("drop", "mat", "replaceme", "rrr")]
+    runs.append(SpanRun("drop", -1, 2, (1, 3)))
+    results = {}
+    for name, net in (("cpu", model), ("device", on_device(model))):
+        with module_devices() as seen:
+            grams = span_statistics(net, adapter, inputs, plan, 3, 0)
+            fits = {r.variant: fit_span(grams, r.variant, 1, 2, 2) for r in runs[:4]}
+
+            def span_map(run, fits=fits):
+                tensors = fits[run.variant].tensors if run.start >= 0 else {}
+                return ShortcutMap(tensors) if tensors else None
+
+            head = Head.from_model(net, adapter)
+            table = span_scores(
+                net, adapter, head, inputs, np.arange(len(inputs)), runs, span_map, 3, 0
+            )
+        assert seen == {DEVICE.type} if name == "device" else seen == {"cpu"}
+        results[name] = (grams, fits, table)
+    (grams, fits, table), (grams_d, fits_d, table_d) = results["cpu"], results["device"]
+    np.testing.assert_allclose(grams_d.squares, grams.squares, rtol=1e-4)
+    np.testing.assert_allclose(grams_d.ffn_grams[1], grams.ffn_grams[1], rtol=1e-4, atol=1e-6)
+    for variant, fit in fits.items():
+        for part, value in fit.tensors.items():
+            np.testing.assert_allclose(fits_d[variant].tensors[part], value, rtol=1e-3, atol=1e-4)
+    for column in ("cross_entropy", "cross_entropy_full", "kl"):
+        np.testing.assert_allclose(table_d[column].to_numpy(), table[column].to_numpy(), **CLOSE)
+    assert table_d["tokens"].to_pylist() == table["tokens"].to_pylist()
