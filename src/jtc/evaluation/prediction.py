@@ -37,6 +37,15 @@ def metric_values(
     return values
 
 
+def bootstrap_counts(n: int, resamples: int, seed: int) -> np.ndarray:
+    """(resamples, n) float64: how often each of n units is drawn in each bootstrap resample."""
+    rng = np.random.default_rng(seed)
+    counts = np.empty((resamples, n), dtype=np.float64)
+    for b in range(resamples):
+        counts[b] = np.bincount(rng.integers(n, size=n), minlength=n)
+    return counts
+
+
 def bootstrap_means(
     values: np.ndarray, resamples: int, seed: int, level: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -47,10 +56,7 @@ def bootstrap_means(
     finite = np.isfinite(values)
     filled = np.where(finite, values, 0.0)
     n = len(values)
-    rng = np.random.default_rng(seed)
-    counts = np.empty((resamples, n), dtype=np.float64)
-    for b in range(resamples):
-        counts[b] = np.bincount(rng.integers(n, size=n), minlength=n)
+    counts = bootstrap_counts(n, resamples, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         resampled = (counts @ filled) / (counts @ finite)
         sizes = finite.sum(0)

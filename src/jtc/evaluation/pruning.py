@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from jtc.evaluation.prediction import bootstrap_counts
 from jtc.files.io import rows_table
 from jtc.settings import IntervalSettings
 from jtc.shortcuts.pruning import Selected, SpanFit, SpanGrams
@@ -136,13 +137,7 @@ def run_scores(
     order = [index[s] for s in runs.column("sentence_id").to_pylist()]
     np.add.at(sums, (rows, order), columns)
     np.add.at(overflowed, rows, runs.column("overflowed").to_numpy())
-    rng = np.random.default_rng(seed)
-    counts = np.stack(
-        [
-            np.bincount(rng.integers(len(sentences), size=len(sentences)), minlength=len(sentences))
-            for _ in range(settings.bootstrap)
-        ]
-    ).astype(np.float64)
+    counts = bootstrap_counts(len(sentences), settings.bootstrap, seed)
     mean = _means(sums.sum(1))  # (runs, metrics)
     resampled = _means(np.einsum("bs,rsk->rbk", counts, sums))  # (runs, resamples, metrics)
     tail = (1.0 - settings.confidence_level) / 2.0

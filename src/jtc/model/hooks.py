@@ -4,7 +4,7 @@ Used by extraction, by the runs with parts replaced and by architecture discover
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -22,6 +22,20 @@ def hidden_input(args: tuple, kwargs: dict) -> torch.Tensor:
 def hidden_output(output) -> torch.Tensor:
     """The hidden states a module returned (alone, or first of a tuple)."""
     return output[0] if isinstance(output, tuple) else output
+
+
+def substitute_input(states: Callable[[], torch.Tensor]):
+    """A forward pre-hook (register it with with_kwargs=True) that replaces a module's
+    hidden-states argument by `states()`, moved to that argument's device and dtype."""
+
+    def hook(module, args, kwargs):
+        hidden = hidden_input(args, kwargs)
+        new = states().to(hidden.device, hidden.dtype)
+        if args:
+            return (new, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": new}
+
+    return hook
 
 
 class Recorder:

@@ -25,7 +25,7 @@ from jtc.evaluation.decode import final_reference, score, score_table
 from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
-from jtc.model.hooks import StateRecorder, hidden_input, hidden_output
+from jtc.model.hooks import StateRecorder, hidden_input, hidden_output, substitute_input
 from jtc.model.kept_blocks import config_of_kept
 from jtc.shortcuts.maps import ShortcutMap
 
@@ -162,14 +162,6 @@ def replaced_final_states(
     suffix = list(blocks)[jump:]
     batch: dict[str, torch.Tensor] = {}
 
-    def substitute(module, args, kwargs):
-        """Block jump+1's input becomes the stored h_jump of the batch."""
-        hidden = hidden_input(args, kwargs)
-        new = batch["states"].to(hidden.device, hidden.dtype)
-        if args:
-            return (new, *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": new}
-
     def load_batch(rows: np.ndarray) -> None:
         length = max(len(prefix[r]) for r in rows)
         states = torch.zeros((len(rows), length, prefix[rows[0]].shape[1]))
@@ -179,7 +171,10 @@ def replaced_final_states(
         batch["states"] = states
 
     original = adapter.swap_blocks(model, suffix)
-    handle = suffix[0].register_forward_pre_hook(substitute, with_kwargs=True)
+    # block jump+1's input becomes the stored h_jump of the batch
+    handle = suffix[0].register_forward_pre_hook(
+        substitute_input(lambda: batch["states"]), with_kwargs=True
+    )
     replacer = PartReplacer(adapter, blocks, later)
     try:
         # the token ids only give the batch its shape: block jump+1's input is replaced
