@@ -32,17 +32,9 @@ from common import peak_matmul_gflops  # noqa: E402
 from jtc import paths  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.shortcuts.pruned_model import read_replaceme_map, write_pruned  # noqa: E402
-from jtc.shortcuts.spans import export_length  # noqa: E402
+from jtc.shortcuts.spans import chosen_start, export_length  # noqa: E402
 
 MODEL = "smollm2"
-
-
-def chosen_start(selection: list[dict], length: int, variant: str, rule: str) -> int:
-    """The start the default run's `rule` chose for `variant` at `length`."""
-    for row in selection:
-        if (row["length"], row["variant"], row["selection"]) == (length, variant, rule):
-            return row["start"]
-    raise SystemExit(f"the run chose no {variant} span of {length} blocks by {rule}")
 
 
 def prompts(results: Path, corpus: str, tokenizer, count: int) -> list[list[int]]:
@@ -97,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     folder = paths.under(args.results, paths.PRUNING, model=MODEL, corpus=args.corpus)
     num_layers = read_json(model_dir / "info.json")["num_layers"]
     selection = read_table(folder / "selection.parquet").to_pylist()
-    n = export_length(sorted({r["length"] for r in selection}), num_layers)
+    n = export_length({r["length"] for r in selection}, num_layers)
     start = chosen_start(selection, n, "replaceme", "measured")
+    drop_start = chosen_start(selection, n, "drop", "measured")
+    if start is None or drop_start is None:
+        raise SystemExit(f"the run chose no replaceme or drop span of {n} blocks by measured")
     candidates = {
         "replaceme": ("replaceme", start),
         "drop, replaceme's span": ("drop", start),
-        "drop": ("drop", chosen_start(selection, n, "drop", "measured")),
+        "drop": ("drop", drop_start),
     }
     models = {"full model": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
     spans = {}

@@ -770,24 +770,16 @@ def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tin
         assert all(f"{r['r2_middle_to_last']:.4g}" in shown for r in headline)
 
 
-def readme_example():
-    """The README's Python example after its **Python API** paragraph."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("```python", text.index("**Python API**")) + len("```python")
-    return text[start : text.index("```", start)]
-
-
-def own_model_example():
-    """docs/outputs.md's Python example after its **Without a workflow folder.** paragraph."""
-    text = (ROOT / "docs" / "outputs.md").read_text()
-    start = text.index("```python", text.index("**Without a workflow folder.**"))
-    start += len("```python")
+def python_example(path, heading):
+    """The Python example of a Markdown file after its paragraph that starts with `heading`."""
+    text = path.read_text()
+    start = text.index("```python", text.index(heading)) + len("```python")
     return text[start : text.index("```", start)]
 
 
 def test_readme_api_example_runs(tiny_run, tmp_path):
     workdir = tiny_run
-    code = readme_example().replace(
+    code = python_example(ROOT / "README.md", "**Python API**").replace(
         'RESULTS, MODEL, CORPUS = "results", "smollm2", "news"',
         f'RESULTS, MODEL, CORPUS = "{workdir / "results"}", "gpt", "mini"',
     )
@@ -1055,7 +1047,8 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
 
     export = ["--results", str(tmp_path / "results"), "--model", "smollm2", "--corpus", "news"]
     assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
-    code = own_model_example() + "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
+    code = python_example(ROOT / "docs" / "outputs.md", "**Without a workflow folder.**")
+    code += "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )

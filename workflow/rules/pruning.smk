@@ -153,7 +153,6 @@ rule export_pruned:
         mem_mb=mem_mb("export_pruned"),
     params:
         settings=ExportSettings.param(config),
-        lengths=config["pruning"]["lengths"],
         code=code_hash("export_pruned"),
     script:
         "../scripts/export_pruned.py"

@@ -10,6 +10,5 @@ with job(snakemake):
         snakemake.output[0],
         model=snakemake.wildcards.model,
         settings=p.settings,
-        lengths=list(p.lengths),
         threads=snakemake.threads,
     )

@@ -157,8 +157,9 @@ def padded_batches(
     while start < len(order):
         stop = min(start + batch_size, len(order))
         if slack is not None:  # lengths increase: the last one sets the padded length
-            tokens = np.cumsum(lengths[order[start:stop]])
-            padded = lengths[order[start:stop]] * np.arange(1, stop - start + 1)
+            candidate = lengths[order[start:stop]]
+            tokens = np.cumsum(candidate)
+            padded = candidate * np.arange(1, stop - start + 1)
             fits = padded <= (1 + slack) * tokens  # the first one always fits
             stop = start + (len(fits) if fits.all() else int(np.argmin(fits)))
         rows = order[start:stop]

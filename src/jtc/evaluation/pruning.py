@@ -126,15 +126,17 @@ def run_scores(
     intervals, from the same bootstrap resamples of the sentences for every run (paired)."""
     variants = runs.column("variant").to_pylist()
     removed = runs.column("removed").to_pylist()
-    keys = list(dict.fromkeys(zip(variants, removed, strict=True)))
-    sentences = list(dict.fromkeys(runs.column("sentence_id").to_pylist()))
+    run_of_row = list(zip(variants, removed, strict=True))
+    keys = list(dict.fromkeys(run_of_row))
+    sentence_of_row = runs.column("sentence_id").to_pylist()
+    sentences = list(dict.fromkeys(sentence_of_row))
     index = {s: k for k, s in enumerate(sentences)}
     sums = np.zeros((len(keys), len(sentences), len(_SUMS)))
     overflowed = np.zeros(len(keys), dtype=np.int64)
     where = {key: k for k, key in enumerate(keys)}
-    rows = [where[key] for key in zip(variants, removed, strict=True)]
+    rows = [where[key] for key in run_of_row]
     columns = np.stack([runs.column(c).to_numpy().astype(np.float64) for c in _SUMS], 1)
-    order = [index[s] for s in runs.column("sentence_id").to_pylist()]
+    order = [index[s] for s in sentence_of_row]
     np.add.at(sums, (rows, order), columns)
     np.add.at(overflowed, rows, runs.column("overflowed").to_numpy())
     counts = bootstrap_counts(len(sentences), settings.bootstrap, seed)
@@ -156,6 +158,25 @@ def run_scores(
     return out
 
 
+def _with_scores(
+    spans: list[dict],
+    scores: dict[tuple[str, str], dict[str, float | int]],
+    model: str,
+    corpus: str,
+) -> list[dict]:
+    """Each span (a row naming its variant and the blocks removed) with the model, the corpus
+    and its evaluation run's scores."""
+    rows = []
+    for span in spans:
+        run = scores.get((span["variant"], span["removed"]))
+        if run is None:
+            raise ValueError(
+                f"no evaluation run of {span['variant']} with blocks {span['removed']} removed"
+            )
+        rows.append({"model": model, "corpus": corpus, **span, **run})
+    return rows
+
+
 def span_table(
     scores: dict[tuple[str, str], dict[str, float | int]],
     calibration: pa.Table,
@@ -164,21 +185,7 @@ def span_table(
     corpus: str,
 ) -> pa.Table:
     """One row per (variant, length, start) of the calibration table, with its run's scores."""
-    rows = []
-    for span in calibration.to_pylist():
-        run = scores.get((span["variant"], span["removed"]))
-        if run is None:
-            raise ValueError(
-                f"no evaluation run of {span['variant']} with blocks {span['removed']} removed"
-            )
-        rows.append(
-            {
-                "model": model,
-                "corpus": corpus,
-                **span,
-                **run,
-            }
-        )
+    rows = _with_scores(calibration.to_pylist(), scores, model, corpus)
     rows.sort(key=lambda r: (r["variant"], r["length"], r["start"]))
     return rows_table(rows, SPAN_COLUMNS)
 
@@ -192,15 +199,4 @@ def selected_table(
 ) -> pa.Table:
     """One row per (length, selection rule, variant): the span the rule chose on calibration
     sentences and its scores on the evaluation sentences."""
-    rows = []
-    for chosen in selection.to_pylist():
-        run = scores[chosen["variant"], chosen["removed"]]
-        rows.append(
-            {
-                "model": model,
-                "corpus": corpus,
-                **chosen,
-                **run,
-            }
-        )
-    return rows_table(rows, SELECTED_COLUMNS)
+    return rows_table(_with_scores(selection.to_pylist(), scores, model, corpus), SELECTED_COLUMNS)

@@ -1,6 +1,7 @@
 """Forward hooks that record hidden states at some sites of a model: the input of the first
 block and the output of every block (h_0..h_L), or the input and output of every block part.
-Used by extraction, by the runs with parts replaced and by architecture discovery."""
+Used by extraction, by the runs with parts replaced and by architecture discovery. And one hook
+that replaces a block's input (substitute_input), for the runs that start after a jump."""
 
 from __future__ import annotations
 

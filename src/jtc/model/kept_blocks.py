@@ -2,7 +2,7 @@
 layer_types, which Qwen2's and Gemma 3's forward passes read by position in the block list) made
 to follow the blocks kept, for a pruned checkpoint or for the duration of a run.
 
-Torch-free: it edits a transformers config object only.
+Torch-free: it edits a transformers config object, and swaps block lists through the adapter.
 """
 
 from __future__ import annotations
@@ -39,3 +39,17 @@ def config_of_kept(config: Any, kept: Sequence[int], num_layers: int) -> Iterato
         config.num_hidden_layers = num_layers
         for key, value in saved.items():
             setattr(config, key, value)
+
+
+@contextlib.contextmanager
+def running_only(model: Any, adapter: Any, kept: Sequence[int]) -> Iterator[list]:
+    """The model runs only blocks `kept` (0-based, in order) for the duration: they stand in
+    the backbone's block list, and the config's per-layer settings are theirs. Yields them."""
+    blocks = adapter.blocks(model)
+    modules = [blocks[b] for b in kept]
+    original = adapter.swap_blocks(model, modules)
+    try:
+        with config_of_kept(model.config.get_text_config(), kept, len(blocks)):
+            yield modules
+    finally:
+        adapter.swap_blocks(model, original)

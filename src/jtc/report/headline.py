@@ -55,20 +55,7 @@ SCHEMA = {
     "pruning_top1_agreement_high": pa.float64(),
 }
 PRUNING_COLUMNS = {  # headline column: pruning_selected column
-    f"pruning_{name}": name
-    for name in (
-        "variant",
-        "selection",
-        "length",
-        "fraction_removed",
-        "removed",
-        "perplexity_ratio",
-        "perplexity_ratio_low",
-        "perplexity_ratio_high",
-        "top1_agreement",
-        "top1_agreement_low",
-        "top1_agreement_high",
-    )
+    name: name.removeprefix("pruning_") for name in SCHEMA if name.startswith("pruning_")
 }
 PRUNING_TARGET = 0.25  # the share of blocks removed the headline reads pruning at
 

@@ -559,7 +559,7 @@ def pruning_selection_figure(table: pa.Table, title: str, png: str | Path, pdf: 
     gap = min(np.diff(lengths), default=1)
     spread = 0.3 * gap  # the sideways spread of the rules' points, in blocks
     offset = {
-        s: spread * (i / max(1, len(selections) - 1) - 0.5) if len(selections) > 1 else 0.0
+        s: spread * (i / (len(selections) - 1) - 0.5) if len(selections) > 1 else 0.0
         for i, s in enumerate(selections)
     }
     metrics = (

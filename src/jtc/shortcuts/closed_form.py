@@ -38,12 +38,8 @@ class SourceSolver:
         self.x = np.asarray(x, dtype=np.float64)
         self.gram = gram = self.x.T @ self.x  # kept: reduced-rank regression's metric
         self.method = "cholesky"
-        try:
-            self.factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
-            # a factorisation of a near-singular Gram matrix succeeds but is unreliable
-            if not well_conditioned(self.factor[0], np.abs(gram).sum(0).max()):
-                raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
-        except (np.linalg.LinAlgError, ValueError):
+        self.factor = cholesky_factor(gram)
+        if self.factor is None:
             # rank-deficient (constant dimension, fewer samples than width): minimum-norm solution
             # singular values below the numerical-rank tolerance (LAPACK's lstsq default,
             # max(n, d)·eps·σ_max) are rounding noise: inverting them would blow up any state
@@ -64,7 +60,19 @@ class SourceSolver:
         return np.asarray(y, dtype=np.float64).T @ self.projection.T
 
 
-def well_conditioned(upper_factor: np.ndarray, gram_norm: float) -> bool:
+def cholesky_factor(gram: np.ndarray) -> tuple[np.ndarray, bool] | None:
+    """The upper Cholesky factor of a float64 Gram matrix (scipy's cho_factor pair), or None
+    when the matrix is not finite, singular or ill-conditioned: then the minimum-norm solution
+    (the pseudo-inverse) is used instead."""
+    try:
+        factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+    # a factorisation of a near-singular Gram matrix succeeds but is unreliable
+    return factor if _well_conditioned(factor[0], np.abs(gram).sum(0).max()) else None
+
+
+def _well_conditioned(upper_factor: np.ndarray, gram_norm: float) -> bool:
     """Whether LAPACK's estimate of the Gram matrix's condition number (from its upper
     Cholesky factor and its 1-norm) is at most MAX_CONDITION."""
     rcond, info = scipy.linalg.lapack.dpocon(upper_factor, gram_norm)
@@ -86,7 +94,7 @@ class TorchSourceSolver:
         finite = bool(torch.isfinite(gram).all())
         gram_norm = float(gram.abs().sum(0).max())
         self.method = "cholesky"
-        if finite and int(info) == 0 and well_conditioned(factor.cpu().numpy(), gram_norm):
+        if finite and int(info) == 0 and _well_conditioned(factor.cpu().numpy(), gram_norm):
             self.projection = torch.cholesky_solve(self.x.T, factor, upper=True)
         else:
             self.method = "pinv"

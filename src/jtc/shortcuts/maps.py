@@ -500,10 +500,10 @@ class SpanMapWriter(_MapFileWriter):
 
 
 def load_span_maps(
-    path: str | Path, wanted: Callable[[str, int, int], bool] | None = None
+    path: str | Path, wanted: Callable[[str, int, int], bool]
 ) -> dict[tuple[str, int, int], ShortcutMap]:
-    """{(variant, start, length): map} of a file written by SpanMapWriter (those `wanted`
-    accepts; the others are not read)."""
+    """{(variant, start, length): map} of a file written by SpanMapWriter: those `wanted`
+    accepts (it is asked about every tensor of the file; the others are not read)."""
 
     def key(name: str) -> tuple[str, int, int, str]:
         variant, start, length, part = (name.split(".", 3) + ["", "", ""])[:4]
@@ -517,9 +517,7 @@ def load_span_maps(
             raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
         return variant, int(start[6:]), int(length[7:]), part
 
-    tensors, _ = read_tensor_file(
-        path, SPAN_FORMAT, "span map", None if wanted is None else lambda n: wanted(*key(n)[:3])
-    )
+    tensors, _ = read_tensor_file(path, SPAN_FORMAT, "span map", lambda n: wanted(*key(n)[:3]))
     grouped: dict[tuple[str, int, int], dict[str, np.ndarray]] = {}
     for name, value in tensors.items():
         variant, start, length, part = key(name)
@@ -531,18 +529,16 @@ def load_span_map(path: str | Path, variant: str, start: int, length: int) -> Sh
     """One span's map from a file written by SpanMapWriter; a ValueError naming the spans the
     file has for that variant when it has not this one."""
     key = (variant, start, length)
-    found = load_span_maps(path, lambda *k: k == key)
+    seen: set[tuple[str | int, ...]] = set()
+
+    def wanted(*span: str | int) -> bool:  # every span of the file is asked about
+        seen.add(span)
+        return span == key
+
+    found = load_span_maps(path, wanted)
     if key in found:
         return found[key]
-    with safe_open(str(path), framework="numpy") as handle:  # the header only
-        names = list(handle.keys())
-    spans = sorted(
-        {
-            (int(n.split(".")[1][6:]), int(n.split(".")[2][7:]))
-            for n in names
-            if n.startswith(f"{variant}.")
-        }
-    )
+    spans = sorted((i, n) for v, i, n in seen if v == variant)
     have = ", ".join(f"start {i} length {n}" for i, n in spans) or "none"
     raise ValueError(
         f"{path} has no {variant} map for start {start}, length {length} (blocks "

@@ -31,7 +31,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
-from jtc.model.kept_blocks import config_of_kept, prune_config
+from jtc.model.kept_blocks import prune_config, running_only
 
 VARIANTS = ("replaceme", "drop")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -297,13 +297,10 @@ def hooked_logits(
         w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
         handle = mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
     kept = [b for b in range(len(blocks)) if not start <= b < start + length]
-    config = model.config.get_text_config()
-    old = adapter.swap_blocks(model, [blocks[b] for b in kept])
     try:
-        with torch.no_grad(), config_of_kept(config, kept, len(old)):
+        with torch.no_grad(), running_only(model, adapter, kept):
             return model(**batch, use_cache=False).logits.float()
     finally:
-        adapter.swap_blocks(model, old)
         if handle is not None:
             handle.remove()
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from jtc.shortcuts.closed_form import reduced_rank_parts, well_conditioned
+from jtc.shortcuts.closed_form import cholesky_factor, reduced_rank_parts
 from jtc.shortcuts.spans import NONCONTIGUOUS, VARIANTS
 
 
@@ -64,11 +64,8 @@ def solve_gram(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarray, str]:
     """(W (d_in, d_out), how) minimising ||X W - Y||² from G = XᵀX and C = XᵀY: through a
     Cholesky factorisation of G, or G's pseudo-inverse (the minimum-norm solution) when G is
     singular or ill-conditioned (jtc.shortcuts.closed_form's rule)."""
-    try:
-        factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
-        if not well_conditioned(factor[0], np.abs(gram).sum(0).max()):
-            raise np.linalg.LinAlgError("ill-conditioned Gram matrix")
-    except (np.linalg.LinAlgError, ValueError):
+    factor = cholesky_factor(gram)
+    if factor is None:
         # eigenvalues of a computed Gram matrix below d·eps of the largest are rounding noise
         tolerance = len(gram) * np.finfo(np.float64).eps
         return np.linalg.pinv(gram, rtol=tolerance, hermitian=True) @ cross, "pinv"

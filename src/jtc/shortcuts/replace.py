@@ -26,7 +26,7 @@ from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import StateRecorder, hidden_input, hidden_output, substitute_input
-from jtc.model.kept_blocks import config_of_kept
+from jtc.model.kept_blocks import running_only
 from jtc.shortcuts.maps import ShortcutMap
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,6 @@ def replaced_final_states(
     if jump == len(blocks):  # nothing runs after the last layer, nothing is replaced
         return np.stack([p[t] for p, t in zip(prefix, positions, strict=True)]).astype(np.float32)
     later = {key: m for key, m in maps.items() if key[0] > jump}
-    suffix = list(blocks)[jump:]
     batch: dict[str, torch.Tensor] = {}
 
     def load_batch(rows: np.ndarray) -> None:
@@ -170,18 +169,16 @@ def replaced_final_states(
             states[j, : len(prefix[r])] = torch.tensor(np.asarray(prefix[r], np.float32))
         batch["states"] = states
 
-    original = adapter.swap_blocks(model, suffix)
-    # block jump+1's input becomes the stored h_jump of the batch
-    handle = suffix[0].register_forward_pre_hook(
-        substitute_input(lambda: batch["states"]), with_kwargs=True
-    )
-    replacer = PartReplacer(adapter, blocks, later)
-    try:
-        # the token ids only give the batch its shape: block jump+1's input is replaced
-        dummies = [np.zeros(len(p), dtype=np.int64) for p in prefix]
-        # the config's per-layer settings (layer_types) follow the blocks that run
-        config = model.config.get_text_config()
-        with config_of_kept(config, range(jump, len(blocks)), len(blocks)):
+    # only blocks jump+1..L run (the config's per-layer settings theirs); block jump+1's input
+    # becomes the stored h_jump of the batch
+    with running_only(model, adapter, range(jump, len(blocks))) as suffix:
+        handle = suffix[0].register_forward_pre_hook(
+            substitute_input(lambda: batch["states"]), with_kwargs=True
+        )
+        replacer = PartReplacer(adapter, blocks, later)
+        try:
+            # the token ids only give the batch its shape: block jump+1's input is replaced
+            dummies = [np.zeros(len(p), dtype=np.int64) for p in prefix]
             states = run_states(
                 model,
                 adapter,
@@ -192,10 +189,9 @@ def replaced_final_states(
                 recorder=StateRecorder(suffix),
                 before_batch=load_batch,
             )
-    finally:
-        replacer.remove()
-        handle.remove()
-        adapter.swap_blocks(model, original)
+        finally:
+            replacer.remove()
+            handle.remove()
     return states[-1]
 
 

@@ -32,7 +32,7 @@ from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import hidden_input, hidden_output, substitute_input
-from jtc.model.kept_blocks import config_of_kept
+from jtc.model.kept_blocks import running_only
 from jtc.shortcuts.maps import ShortcutMap
 from jtc.shortcuts.pruning import SpanGrams
 from jtc.shortcuts.spans import StatisticsPlan, removed_label
@@ -137,7 +137,7 @@ def span_statistics(
     def host(values: Mapping) -> dict:
         return {key: value.cpu().numpy() for key, value in values.items()}
 
-    sums = {key: value.cpu().numpy() for key, value in scalars.items()}
+    sums = host(scalars)
     return SpanGrams(
         num_layers=num_layers,
         tokens=tokens,
@@ -195,26 +195,20 @@ def _running(
     `first_input` (None: on what comes before it, the embeddings), with the config's per-layer
     settings (layer_types) of those blocks; the last one's output is kept (`["final"]`)."""
     out: dict[str, torch.Tensor] = {}
-    blocks = adapter.blocks(model)
-    modules = [blocks[b] for b in kept]
-    config = model.config.get_text_config()
 
     def last(module, args, output):
         out["final"] = hidden_output(output).float()
 
-    num_layers = len(blocks)
-    original = adapter.swap_blocks(model, modules)
-    handles = [modules[-1].register_forward_hook(last)]
-    if first_input is not None:
-        hook = substitute_input(lambda: first_input)
-        handles.append(modules[0].register_forward_pre_hook(hook, with_kwargs=True))
-    try:
-        with config_of_kept(config, kept, num_layers):
+    with running_only(model, adapter, kept) as modules:
+        handles = [modules[-1].register_forward_hook(last)]
+        if first_input is not None:
+            hook = substitute_input(lambda: first_input)
+            handles.append(modules[0].register_forward_pre_hook(hook, with_kwargs=True))
+        try:
             yield out
-    finally:
-        for handle in handles:
-            handle.remove()
-        adapter.swap_blocks(model, original)
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 # every batch runs ~200 times: batches end before padding adds more than this share of positions
@@ -268,7 +262,6 @@ class _Batch:
     """A batch of evaluation sentences after its unmodified pass: h_0..h_L and X_1..X_L at
     every position (on the CPU), the positions scored and the unpruned model's prediction."""
 
-    rows: np.ndarray  # the batch's inputs
     ids: torch.Tensor
     mask: torch.Tensor
     states: list[torch.Tensor]
@@ -294,8 +287,8 @@ def _unmodified(
         adapter.backbone(model)(
             input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False
         )
-    cpu = [None if x is None else x.cpu() for x in kept["states"] + kept["ffn"]]
-    states, ffn_out = cpu[: len(kept["states"])], cpu[len(kept["states"]) :]
+    states = [x.cpu() for x in kept["states"]]
+    ffn_out = [None if x is None else x.cpu() for x in kept["ffn"]]
     scored = mask.bool().clone()
     scored[:, :-1] &= mask[:, 1:].bool()
     scored[:, -1] = False
@@ -303,7 +296,6 @@ def _unmodified(
     final = states[-1][scored].numpy()
     reference = final_reference(head, final, 1)
     return _Batch(
-        rows=rows,
         ids=ids,
         mask=mask,
         states=states,
@@ -371,8 +363,7 @@ def span_scores(
                 ],
                 axis=1,
             )
-            for column in range(values.shape[1]):
-                np.add.at(sums[r, :, column], batch.owner, values[:, column])
+            np.add.at(sums[r], batch.owner, values)
             np.add.at(overflowed[r], batch.owner, ~finite)
         progress.update(1)
     log.info(

@@ -7,8 +7,9 @@ Blocks are numbered 1..L; a span (start i, length n) removes blocks i+1..i+n.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
 
@@ -31,9 +32,20 @@ def resolved_lengths(lengths: Sequence[int], num_layers: int) -> list[int]:
     return sorted(set(lengths)) or default_lengths(num_layers)
 
 
-def export_length(lengths: Sequence[int], num_layers: int) -> int:
+def export_length(lengths: Iterable[int], num_layers: int) -> int:
     """The length closest to a quarter of the depth (the shorter on a tie)."""
     return min(sorted(lengths), key=lambda n: abs(n - num_layers / 4))
+
+
+def chosen_start(
+    selection: Iterable[Mapping[str, Any]], length: int, variant: str, rule: str
+) -> int | None:
+    """The start `rule` chose for `variant` at `length`, from the rows of a selection table
+    (selection.parquet); None where it has no such row."""
+    for row in selection:
+        if (row["length"], row["variant"], row["selection"]) == (length, variant, rule):
+            return int(row["start"])
+    return None
 
 
 def first_start(variant: str) -> int:

@@ -206,41 +206,36 @@ def export_pruned(
     *,
     model: str,
     settings: dict,
-    lengths: list[int],
     threads: int,
 ) -> None:
     """The pruned model as a Hugging Face folder (jtc.shortcuts.pruned_model.write_pruned): the
-    span of `export_length` blocks (None: the configured length closest to a quarter of the
-    depth) that `export_selection` chose for `export_variant`."""
+    span of `export_length` blocks (None: of the lengths `selection` has, the configured ones,
+    the closest to a quarter of the depth) that `export_selection` chose for `export_variant`."""
     import torch
 
     from jtc.files.io import read_json, read_table
     from jtc.logs import ready
     from jtc.settings import ExportSettings
     from jtc.shortcuts.pruned_model import read_replaceme_map, write_pruned
-    from jtc.shortcuts.spans import export_length, resolved_lengths
+    from jtc.shortcuts.spans import chosen_start, export_length
 
     torch.set_num_threads(threads)
     config = ExportSettings.of(settings)
     ready()
     num_layers = read_json(f"{model_dir}/info.json")["num_layers"]
-    n = config.export_length or export_length(resolved_lengths(lengths, num_layers), num_layers)
-    wanted = (n, config.export_selection, config.export_variant)
-    rows = [
-        r
-        for r in read_table(selection).to_pylist()
-        if (r["length"], r["selection"], r["variant"]) == wanted
-    ]
-    if not rows:
+    chosen = read_table(selection).to_pylist()
+    n = config.export_length or export_length({r["length"] for r in chosen}, num_layers)
+    start = chosen_start(chosen, n, config.export_variant, config.export_selection)
+    if start is None:
         raise ValueError(
             f"config key 'pruning.export_variant': no {config.export_variant} span of {n} blocks "
             f"was chosen by {config.export_selection} for model '{model}'; export_variant must be "
             "one of pruning.variants and export_length one of pruning.lengths"
         )
-    start = rows[0]["start"]
-    transform = None
+    transform, source = None, None
     if config.export_variant == "replaceme":
         transform = read_replaceme_map(maps, start, n)
+        source = f"{maps}: replaceme, start {start}, length {n}"
     write_pruned(
         model_dir,
         out,
@@ -248,7 +243,5 @@ def export_pruned(
         length=n,
         variant=config.export_variant,
         transform=transform,
-        transform_source=f"{maps}: replaceme, start {start}, length {n}"
-        if transform is not None
-        else None,
+        transform_source=source,
     )

@@ -117,9 +117,9 @@ class Shape:
 
 def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> Shape:
     """The shape of a job of `stage` for `model`, reading the `split`'s sentences: the model's
-    once it is cached (before, a local source folder's, else a large default), and for
-    replace_parts its sentences, jump layers
-    and runs. The depth is the shape's (its default before the model is cached): a resource
+    once it is cached (before, a local source folder's, else a large default); for
+    replace_parts its sentences, jump layers and runs, and for the depth-pruning jobs theirs
+    (_pruning_shape). The depth is the shape's (its default before the model is cached): a resource
     function must not wait for the resolve_model checkpoint."""
     tokens, positions = config["max_tokens"], rows_per_sentence(config, split)
     rows = config["sizes"][split] * positions
@@ -148,12 +148,13 @@ def _pruning_shape(stage: str, pruning: dict[str, Any], shape: Shape) -> Shape:
     """A depth-pruning job's sentences (every token of each), sums and runs."""
     lengths = resolved_lengths(pruning["lengths"], shape.layers)
     variants = pruning["variants"]
-    runs = sum(len(spans(shape.layers, lengths, v)) for v in variants) + len(lengths)
     if stage == "calibrate_pruning":
         plan = StatisticsPlan.of(shape.layers, lengths, variants)
         return dataclasses.replace(
             shape, rows=pruning["calibration_sentences"], matrices=plan.matrices()
         )
+    # every span of every variant, and the non-consecutive set of each length
+    runs = sum(len(spans(shape.layers, lengths, v)) for v in variants) + len(lengths)
     return dataclasses.replace(shape, rows=pruning["evaluation_sentences"], runs=runs)
 
 
