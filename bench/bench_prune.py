@@ -1,5 +1,5 @@
 """The pruned SmolLM2 as it would be deployed: parameters and greedy-generation tokens per second of
-the checkpoints `snakemake pruned` writes (jtc.shortcuts.pruned_model.write_pruned), against the
+the checkpoints `snakemake pruned` writes (jtc.pruning.checkpoint.write_pruned), against the
 whole model, with the share of each prompt's greedy output that follows the whole model's.
 
 It prunes the span the default run chose (results/: the cached model, the pruning maps and
@@ -31,8 +31,8 @@ from common import peak_matmul_gflops  # noqa: E402
 
 from jtc import paths  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
-from jtc.shortcuts.pruned_model import read_replaceme_map, write_pruned  # noqa: E402
-from jtc.shortcuts.spans import chosen_start, export_length  # noqa: E402
+from jtc.pruning.checkpoint import read_replaceme_map, write_pruned  # noqa: E402
+from jtc.pruning.spans import chosen_start, export_length  # noqa: E402
 
 MODEL = "smollm2"
 

@@ -595,9 +595,9 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
 def test_depth_pruning_sums_and_runs_equal_the_cpus():
     """The calibration sums (float64 on the device) and the evaluation runs of every variant,
     on DEVICE and on the CPU: the same sums, maps and per-sentence scores."""
-    from jtc.shortcuts.pruning import fit_span
-    from jtc.shortcuts.span_runs import SpanRun, span_scores, span_statistics
-    from jtc.shortcuts.spans import StatisticsPlan
+    from jtc.pruning.fits import fit_span
+    from jtc.pruning.runs import SpanRun, span_scores, span_statistics
+    from jtc.pruning.spans import StatisticsPlan
 
     model, tokenizer = make_model("llama", layers=4, width=WIDTH)
     adapter = get_adapter("llama")

@@ -1,7 +1,7 @@
-"""Planning and the small jobs stay torch-free: every module of jtc.workflow, and every jtc module
+"""Planning and the small jobs stay torch-free: every module of jtc.runs, and every jtc module
 the Snakefile and its rule files import, loads neither torch nor transformers; planning imports
 no stage module; and the stage functions of the rules that need no model reach no module that
-imports torch at its top level (jtc.workflow.tracking's closures, read from the sources)."""
+imports torch at its top level (jtc.runs.tracking's closures, read from the sources)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jtc.workflow.tracking import function_imports, module_path, script_closure
+from jtc.runs.tracking import function_imports, module_path, script_closure
 
 ROOT = Path(__file__).parents[1]
 SRC = ROOT / "src"
@@ -68,10 +68,10 @@ print(json.dumps({{"heavy": heavy, "stages": stages, "src": sys.modules["jtc"]._
     return _run(code)
 
 
-def _workflow_modules() -> list[str]:
-    package = SRC / "jtc" / "workflow"
+def _runs_modules() -> list[str]:
+    package = SRC / "jtc" / "runs"
     return sorted(
-        "jtc.workflow" if path.stem == "__init__" else f"jtc.workflow.{path.stem}"
+        "jtc.runs" if path.stem == "__init__" else f"jtc.runs.{path.stem}"
         for path in package.glob("*.py")
     )
 
@@ -86,11 +86,11 @@ def _planning_imports() -> list[str]:
     return sorted(found)
 
 
-def test_planning_and_the_workflow_package_load_no_torch():
-    modules = _workflow_modules()
-    assert {"jtc.workflow.planning", "jtc.workflow.tracking", "jtc.workflow.keep"} <= set(modules)
+def test_planning_and_the_runs_package_load_no_torch():
+    modules = _runs_modules()
+    assert {"jtc.runs.planning", "jtc.runs.tracking", "jtc.runs.keep"} <= set(modules)
     planning = _planning_imports()
-    assert {"jtc.workflow.planning", "jtc.report.headline"} <= set(planning)
+    assert {"jtc.runs.planning", "jtc.report.headline"} <= set(planning)
     assert not [m for m in planning if m.startswith("jtc.stages")], planning
     loaded = _loaded_after(modules + planning)
     assert Path(loaded["src"]).is_relative_to(SRC)  # this checkout's jtc
@@ -175,7 +175,7 @@ def test_the_torch_free_stages_reach_no_module_that_imports_torch():
 
 
 def test_importing_what_the_torch_free_stages_import_loads_no_torch():
-    modules = {"jtc.workflow.jobs"}  # every script runs its stage inside jtc.workflow.jobs.job
+    modules = {"jtc.runs.jobs"}  # every script runs its stage inside jtc.runs.jobs.job
     for rule in TORCH_FREE:
         stage = _stage_of(rule)
         modules |= function_imports(SRC, stage, rule) | {stage}

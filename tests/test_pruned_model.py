@@ -1,4 +1,4 @@
-"""Depth pruning exported as a checkpoint (jtc.shortcuts.pruned_model, `jtc prune`): on tiny random
+"""Depth pruning exported as a checkpoint (jtc.pruning.checkpoint, `jtc prune`): on tiny random
 Llama, Qwen2 and GPT-2 models, the written folder loads with plain transformers and reproduces
 the pruned model computed with hooks on the original (block `start`'s MLP output times the
 transform, the removed blocks skipped); the architectures and spans that cannot be pruned are
@@ -21,14 +21,14 @@ from jtc.model.adapters import UnsupportedArchitecture
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.classes import task_of
 from jtc.model.discover import find_adapter
-from jtc.shortcuts import pruned_model
-from jtc.shortcuts.maps import SpanMapWriter
-from jtc.shortcuts.pruned_model import (
+from jtc.pruning import checkpoint as pruned_model
+from jtc.pruning.checkpoint import (
     fold_problem,
     prune_blocks,
     read_replaceme_map,
     write_pruned,
 )
+from jtc.shortcuts.maps import SpanMapWriter
 
 KINDS = ["llama", "qwen2", "gpt2"]
 LAYERS = 5

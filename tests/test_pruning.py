@@ -12,16 +12,16 @@ from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
-from jtc.shortcuts.maps import ShortcutMap
-from jtc.shortcuts.pruning import fit_span, select_spans
-from jtc.shortcuts.span_runs import SpanRun, span_scores, span_statistics
-from jtc.shortcuts.spans import (
+from jtc.pruning.fits import fit_span, select_spans
+from jtc.pruning.runs import SpanRun, span_scores, span_statistics
+from jtc.pruning.spans import (
     StatisticsPlan,
     default_lengths,
     lengths_problem,
     removed_label,
     spans,
 )
+from jtc.shortcuts.maps import ShortcutMap
 
 LAYERS = 6
 
@@ -237,7 +237,7 @@ def test_span_runs_keep_each_blocks_own_attention_type():
     block's layer type (config.layer_types by position) as the pruned checkpoint does."""
     from test_pruned_model import TOKENIZER, make
 
-    from jtc.shortcuts.pruned_model import prune_blocks
+    from jtc.pruning.checkpoint import prune_blocks
 
     model, adapter = make("qwen2")
     inputs = token_inputs(TOKENIZER)
@@ -259,7 +259,7 @@ def test_span_runs_keep_each_blocks_own_attention_type():
 
 def test_models_that_cannot_be_pruned_are_refused_by_name():
     from jtc.model.adapters import Adapter
-    from jtc.shortcuts.spans import pruning_problem
+    from jtc.pruning.spans import pruning_problem
 
     llama = get_adapter("llama")
     parallel = Adapter(

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jtc.workflow.gpus import MIB
-from jtc.workflow.resources import (
+from jtc.runs.gpus import MIB
+from jtc.runs.resources import (
     Shape,
     gpu_memory_percent,
     memory_mb,
@@ -102,7 +102,7 @@ def test_jobs_that_hold_a_7b_model_share_an_h100_and_a_24_gb_gpu_takes_one_at_a_
 
 
 def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, monkeypatch):
-    from jtc.workflow.config import validate_config
+    from jtc.runs.config import validate_config
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     config = validate_config(
@@ -168,7 +168,7 @@ def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_p
     term stops growing at what LayerStates keeps, and extraction's run time follows the
     sentences."""
     from jtc.data.states import KEEP_BYTES
-    from jtc.workflow.config import validate_config
+    from jtc.runs.config import validate_config
 
     monkeypatch.chdir(tmp_path)
     base = {

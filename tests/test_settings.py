@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 from test_config import BASE
 
+from jtc.runs.config import load_schema, validate_config
 from jtc.settings import EarlyExitSettings, ExampleSettings, IntervalSettings, Settings
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.train import TrainSettings
-from jtc.workflow.config import load_schema, validate_config
 
 
 def block_keys(block: str) -> set[str]:

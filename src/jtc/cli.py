@@ -90,7 +90,7 @@ def _prune_parser(commands, defaults) -> None:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from jtc.shortcuts.pruned_model import DESCRIPTION, read_replaceme_map, write_pruned
+    from jtc.pruning.checkpoint import DESCRIPTION, read_replaceme_map, write_pruned
 
     try:
         if args.variant == "replaceme" and not args.maps:

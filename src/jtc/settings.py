@@ -5,7 +5,7 @@ names while it plans).
 A rule passes the block as one param, `settings=EarlyExitSettings.param(config)`; the stage
 turns it into the object with `EarlyExitSettings.of(params.settings)` and hands that to the
 library. A new key is therefore added in two places: the config schema (its type, bounds,
-default and description, src/jtc/workflow/config.schema.yaml) and the field here, where the
+default and description, src/jtc/runs/config.schema.yaml) and the field here, where the
 library reads it. Defaults are the schema's, never retyped: the workflow's checked config has
 them filled in, and `defaults()` reads them for use outside the workflow (the API, tests,
 benchmarks). A stage reads only the keys its object has, so changing another key of the same
@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import yaml
 
-SCHEMA = Path(__file__).parent / "workflow" / "config.schema.yaml"
+SCHEMA = Path(__file__).parent / "runs" / "config.schema.yaml"
 # early_exit.lambdas empty: 125 values from −0.12 (a threshold below 0: every token exits at
 # min_layer) to 1.12 (above 1: none does) in steps of 0.01
 DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))

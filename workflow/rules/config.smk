@@ -7,12 +7,12 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.shortcuts.parts import VARIANTS
-from jtc.workflow.config import ConfigError, command_line_config
-from jtc.workflow.planning import Experiment, checked_config
-from jtc.workflow.planning import alternatives as _alternatives
+from jtc.runs.config import ConfigError, command_line_config
+from jtc.runs.planning import Experiment, checked_config
+from jtc.runs.planning import alternatives as _alternatives
 
 try:
-    # --config key=value alone sets keys of config/config.yaml (jtc.workflow.config.command_line_config)
+    # --config key=value alone sets keys of config/config.yaml (jtc.runs.config.command_line_config)
     _in_force = command_line_config(
         config,
         DEFAULT_CONFIG,
@@ -25,7 +25,7 @@ except ConfigError as err:
 config.clear()
 config.update(_checked)
 
-EXPERIMENT = Experiment.of(config)  # jtc.workflow.planning.Experiment
+EXPERIMENT = Experiment.of(config)  # jtc.runs.planning.Experiment
 MODELS = EXPERIMENT.models
 CORPORA = EXPERIMENT.corpora
 METHODS = EXPERIMENT.methods

@@ -9,15 +9,15 @@ from jtc import paths
 from jtc.files.io import CorruptFileError, read_json
 from jtc.report.headline import headline_sources
 from jtc.shortcuts.parts import jump_layers
-from jtc.workflow.config import split_positions
-from jtc.workflow.fingerprint import corpus_fingerprint, model_fingerprint
-from jtc.workflow.planning import resolved_problem
-from jtc.workflow.tracking import code_hash as _code_hash
+from jtc.runs.config import split_positions
+from jtc.runs.fingerprint import corpus_fingerprint, model_fingerprint
+from jtc.runs.planning import resolved_problem
+from jtc.runs.tracking import code_hash as _code_hash
 
 
 def code_hash(rule):
     """Hash of the code a rule's job runs: its script workflow/scripts/<rule>.py and every jtc
-    module that script can load (jtc.workflow.tracking), so that editing them reruns the rule.
+    module that script can load (jtc.runs.tracking), so that editing them reruns the rule.
     """
     return _code_hash(SRC, Path(workflow.basedir, "scripts", f"{rule}.py"))
 

@@ -9,16 +9,16 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
-from jtc.workflow.keep import NO_LINKS_NOTE, Keeper, drop_stale
-from jtc.workflow.locks import lock_notes
-from jtc.workflow.planning import (
+from jtc.runs.keep import NO_LINKS_NOTE, Keeper, drop_stale
+from jtc.runs.locks import lock_notes
+from jtc.runs.planning import (
     gpu_problem,
     planned_jobs,
     replaced_note,
     stale_problem,
 )
-from jtc.workflow.summary import run_summary
-from jtc.workflow.watchdog import mark_run
+from jtc.runs.summary import run_summary
+from jtc.runs.watchdog import mark_run
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
@@ -27,7 +27,7 @@ if workflow.is_main_process:
     for _note in lock_notes():
         print(_note, file=sys.stderr)
 
-# A failed job costs nothing already computed (jtc.workflow.keep): every output under results/ gets a
+# A failed job costs nothing already computed (jtc.runs.keep): every output under results/ gets a
 # hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
 # are put back with Snakemake's record of them; a successful run drops the links.
 KEEPER = Keeper.of_snakemake(
@@ -61,7 +61,7 @@ def _check_experiment():
 
 onstart:
     if workflow.local_exec:
-        mark_run()  # the jobs end themselves if this process is killed (jtc.workflow.watchdog)
+        mark_run()  # the jobs end themselves if this process is killed (jtc.runs.watchdog)
     # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
     # refused before any job runs; a cluster's jobs run elsewhere and check it there
     _problem = gpu_problem(config["models"], _local_gpu)  # resources.smk

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.submodules import fit_parts
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     fit_parts(

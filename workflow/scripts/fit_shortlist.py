@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.prediction import fit_shortlist
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     fit_shortlist(

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.report import headline_table
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     headline_table(

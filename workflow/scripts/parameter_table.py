@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.metrics import parameter_table
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     parameter_table(

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.submodules import part_r2_table
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     part_r2_table(

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.early_exit import plot_early_exit
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     plot_early_exit(

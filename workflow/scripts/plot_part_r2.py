@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.submodules import plot_part_r2
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     plot_part_r2(

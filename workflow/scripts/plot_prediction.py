@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.prediction import plot_prediction
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     plot_prediction(

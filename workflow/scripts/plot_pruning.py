@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.pruning import plot_pruning
-from jtc.workflow.jobs import job
 
 o = snakemake.output
 with job(snakemake):

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.metrics import plot_r2
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     plot_r2(

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.submodules import plot_submodules
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     plot_submodules(

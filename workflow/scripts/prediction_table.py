@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.prediction import prediction_table
-from jtc.workflow.jobs import job
 
 p = snakemake.params
 with job(snakemake):

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.corpora import prepare_corpus
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     prepare_corpus(

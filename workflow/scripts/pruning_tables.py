@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.pruning import pruning_tables
-from jtc.workflow.jobs import job
 
 p = snakemake.params
 with job(snakemake):

@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.metrics import r2_table
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     r2_table(

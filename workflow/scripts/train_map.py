@@ -1,5 +1,5 @@
+from jtc.runs.jobs import job
 from jtc.stages.fit import train_map
-from jtc.workflow.jobs import job
 
 with job(snakemake):
     p = snakemake.params

@@ -13,7 +13,7 @@ a cached model) in a `stamp.json` written into the folder as it is put in place.
   with the settings the run would make it with (`settings_problem`), so that an output left by
   another experiment, or put back by hand, is refused instead of read.
 
-The stamps a job writes are registered by `jtc.workflow.jobs.job` (`begin`); outside a workflow job
+The stamps a job writes are registered by `jtc.runs.jobs.job` (`begin`); outside a workflow job
 (tests, the API) files are written without one and read without the check. Standard library
 only: the workflow imports it while it plans.
 """

@@ -486,7 +486,7 @@ def span_tensor_name(variant: str, start: int, length: int, part: str) -> str:
 
 
 class SpanMapWriter(_MapFileWriter):
-    """Writes the span maps of depth pruning (jtc.shortcuts.pruning): add(variant, start,
+    """Writes the span maps of depth pruning (jtc.pruning.fits): add(variant, start,
     length, tensors by part name). For replaceme the map applies to block `start`'s
     feed-forward output X: h_{start+length} = h_start - X + pred(X)."""
 

@@ -34,24 +34,24 @@ def calibrate_pruning(
     device_map: str | None = None,
 ) -> None:
     """One pass over every token of the first `calibration_sentences` training sentences sums
-    what every span needs (jtc.shortcuts.span_runs.span_statistics); from those sums, each
+    what every span needs (jtc.pruning.runs.span_statistics); from those sums, each
     variant's map for every span (`maps_out`), the span's statistics (`calibration_out`) and
     the span each selection rule chooses for each length (`selection_out`)."""
     import logging
 
     from jtc.data.corpus import select_split
     from jtc.data.extract import pad_token_id
-    from jtc.evaluation.pruning import calibration_table, selection_table
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
+    from jtc.pruning.fits import fit_span, select_spans
+    from jtc.pruning.runs import span_statistics
+    from jtc.pruning.spans import StatisticsPlan, pruning_problem, resolved_lengths, spans
+    from jtc.pruning.tables import calibration_table, selection_table
     from jtc.settings import CalibrationSettings
     from jtc.shortcuts.maps import SpanMapWriter
     from jtc.shortcuts.methods import default_rank
-    from jtc.shortcuts.pruning import fit_span, select_spans
-    from jtc.shortcuts.span_runs import span_statistics
-    from jtc.shortcuts.spans import StatisticsPlan, pruning_problem, resolved_lengths, spans
 
     log = logging.getLogger(__name__)
     config = CalibrationSettings.of(settings)
@@ -107,7 +107,7 @@ def run_pruned(
 ) -> None:
     """Every span of every variant, and the blocks each selection rule chose, removed in turn
     from the model on the first `evaluation_sentences` validation sentences, every token scored
-    against the unpruned model (jtc.shortcuts.span_runs.span_scores)."""
+    against the unpruned model (jtc.pruning.runs.span_scores)."""
     from jtc.data.corpus import select_split
     from jtc.data.extract import pad_token_id
     from jtc.files.io import read_table, write_table
@@ -115,10 +115,10 @@ def run_pruned(
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
     from jtc.model.head import load_decoder_head
+    from jtc.pruning.runs import SpanRun, span_scores
+    from jtc.pruning.spans import parse_removed, resolved_lengths, spans
     from jtc.settings import SpanRunSettings
     from jtc.shortcuts.maps import ShortcutMap, load_span_map
-    from jtc.shortcuts.span_runs import SpanRun, span_scores
-    from jtc.shortcuts.spans import parse_removed, resolved_lengths, spans
 
     config = SpanRunSettings.of(settings)
     net, tokenizer, info = load_model(model_dir, threads, device_map)
@@ -164,9 +164,9 @@ def pruning_tables(
 ) -> None:
     """The span table (every variant, length and start) and the selected table (every length,
     selection rule and variant), with paired bootstrap intervals over sentences."""
-    from jtc.evaluation.pruning import run_scores, selected_table, span_table
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
+    from jtc.pruning.tables import run_scores, selected_table, span_table
     from jtc.settings import IntervalSettings
 
     ready()
@@ -208,16 +208,16 @@ def export_pruned(
     settings: dict,
     threads: int,
 ) -> None:
-    """The pruned model as a Hugging Face folder (jtc.shortcuts.pruned_model.write_pruned): the
+    """The pruned model as a Hugging Face folder (jtc.pruning.checkpoint.write_pruned): the
     span of `export_length` blocks (None: of the lengths `selection` has, the configured ones,
     the closest to a quarter of the depth) that `export_selection` chose for `export_variant`."""
     import torch
 
     from jtc.files.io import read_json, read_table
     from jtc.logs import ready
+    from jtc.pruning.checkpoint import read_replaceme_map, write_pruned
+    from jtc.pruning.spans import chosen_start, export_length
     from jtc.settings import ExportSettings
-    from jtc.shortcuts.pruned_model import read_replaceme_map, write_pruned
-    from jtc.shortcuts.spans import chosen_start, export_length
 
     torch.set_num_threads(threads)
     config = ExportSettings.of(settings)

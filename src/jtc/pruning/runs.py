@@ -1,6 +1,6 @@
 """Depth pruning with a model (torch): the calibration sums that the span maps are fitted from,
 in one streaming pass over every token of the calibration sentences, and the evaluation runs
-with a span of blocks replaced, scored at every token (jtc.shortcuts.pruning has the maps and
+with a span of blocks replaced, scored at every token (jtc.pruning.fits has the maps and
 the selection rules).
 
 Both use forward hooks only. A batch runs once unmodified, which gives h_0..h_L and every
@@ -33,9 +33,9 @@ from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import hidden_input, hidden_output, substitute_input
 from jtc.model.kept_blocks import running_only
+from jtc.pruning.fits import SpanGrams
+from jtc.pruning.spans import StatisticsPlan, removed_label
 from jtc.shortcuts.maps import ShortcutMap
-from jtc.shortcuts.pruning import SpanGrams
-from jtc.shortcuts.spans import StatisticsPlan, removed_label
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The tables of depth pruning: each run's scores on the evaluation sentences (summed per
-sentence by jtc.shortcuts.span_runs) as token-weighted means with paired bootstrap intervals
+sentence by jtc.pruning.runs) as token-weighted means with paired bootstrap intervals
 over sentences, beside the calibration statistics of its span (one row per variant, length and
 start), and the spans each selection rule chose (one row per length, rule and variant)."""
 
@@ -10,9 +10,9 @@ import pyarrow as pa
 
 from jtc.evaluation.prediction import bootstrap_counts
 from jtc.files.io import rows_table
+from jtc.pruning.fits import Selected, SpanFit, SpanGrams
+from jtc.pruning.spans import removed_label
 from jtc.settings import IntervalSettings
-from jtc.shortcuts.pruning import Selected, SpanFit, SpanGrams
-from jtc.shortcuts.spans import removed_label
 
 # the calibration statistics of every span (jtc.stages.pruning.calibrate_pruning)
 CALIBRATION_COLUMNS = {

@@ -20,9 +20,9 @@ from typing import Any
 
 from jtc import paths
 from jtc.data.states import KEEP_BYTES
+from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
+from jtc.runs.config import split_positions
 from jtc.shortcuts.parts import jump_layers
-from jtc.shortcuts.spans import StatisticsPlan, resolved_lengths, spans
-from jtc.workflow.config import split_positions
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
 # Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that

@@ -39,17 +39,17 @@ from jtc.model.sources import (
     planning_problem,
     source_problem,
 )
-from jtc.shortcuts.methods import METHODS, applicable
-from jtc.shortcuts.parts import jump_problem
-from jtc.shortcuts.spans import pruning_problem, resolved_lengths
-from jtc.workflow.config import (
+from jtc.pruning.spans import pruning_problem, resolved_lengths
+from jtc.runs.config import (
     ConfigError,
     check_config_file,
     layer_problem,
     rank_problem,
     validate_config,
 )
-from jtc.workflow.gpus import LocalGpu, no_gpu_for_jobs
+from jtc.runs.gpus import LocalGpu, no_gpu_for_jobs
+from jtc.shortcuts.methods import METHODS, applicable
+from jtc.shortcuts.parts import jump_problem
 
 
 def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def resolved_problem(
 def gpu_problem(models: dict[str, Any], find_gpu: Callable[[], LocalGpu | None]) -> str | None:
     """What this machine cannot run of what the models ask, for a run whose jobs run here: a
     `device_map` where the jobs will see no GPU, `dtype: bfloat16` on a GPU without it (compute
-    capability below 8.0). `find_gpu` (jtc.workflow.gpus.local_gpu) is asked only when a model
+    capability below 8.0). `find_gpu` (jtc.runs.gpus.local_gpu) is asked only when a model
     needs it. The jobs refuse the same (jtc.model.cache.compute_problem); this says it before
     any job runs."""
     for name, spec in models.items():

@@ -1,6 +1,6 @@
 """Depth pruning with linear shortcuts (docs/method.md, "Depth pruning"): the maps that stand in
 for a span of blocks, fitted from float64 sums over calibration tokens, and the statistics that
-choose a span (numpy and scipy, no torch; jtc.shortcuts.spans says which spans there are).
+choose a span (numpy and scipy, no torch; jtc.pruning.spans says which spans there are).
 
 Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the embeddings). A span
 (start i, length n) removes blocks i+1..i+n, and a variant stands in for them:
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
+from jtc.pruning.spans import NONCONTIGUOUS, VARIANTS
 from jtc.shortcuts.closed_form import cholesky_factor, reduced_rank_parts
-from jtc.shortcuts.spans import NONCONTIGUOUS, VARIANTS
 
 
 @dataclass
