@@ -303,8 +303,8 @@ status=0
 case $STEP in
     tests)
         describe
-        run_pytest cuda -m cuda tests/test_cuda.py tests/test_fit.py || status=1
-        run_pytest models tests/test_models.py -k "head_only or bfloat16" || status=1
+        run_pytest cuda -m cuda tests/gpu/test_cuda.py tests/shortcuts/test_fit.py || status=1
+        run_pytest models tests/model/test_sources_and_cache.py -k "head_only or bfloat16" || status=1
         log "tests: $([[ $status == 0 ]] && echo passed || echo FAILED)"
         make_model "$SHAPE_17B" smollm2-1.7b || status=1
         ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the report's browser test needs (tests/test_workflow.py, the report read in a
+# Install what the report's browser test needs (tests/workflow/test_workflow.py, the report read in a
 # browser): Debian's headless-capable Chromium. Idempotent; never fails: where Chromium cannot be
 # installed (no root, no apt-get, no network), it says so and that test skips with the reason.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the SLURM tests need (tests/test_slurm.py): Debian's munge and SLURM 22.05
+# Install what the SLURM tests need (tests/workflow/test_slurm.py): Debian's munge and SLURM 22.05
 # packages. Idempotent; never fails: where SLURM cannot be installed (no root, no apt-get, no
 # network), it says so and the SLURM tests skip with that reason.
 set -u

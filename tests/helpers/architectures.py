@@ -1,5 +1,5 @@
 """The architecture matrix: a tiny random model of every transformers model type jtc is tested
-on, built offline from transformers' own config classes (tests/test_architectures.py).
+on, built offline from transformers' own config classes (tests/model/test_architectures.py).
 
 `python tests/helpers/architectures.py` prints the README's table of tested architectures from the
 matrix (test_architectures checks that the README holds exactly that table)."""

@@ -24,6 +24,12 @@ WORDS = (
     "water time day life work book film song army church party group law team north south "
     "played wrote built won lost made found called became known used said took went saw"
 ).split()
+# real English sentences, for the real packaged models
+TEXTS = [
+    "The committee approved the new budget on Tuesday morning.",
+    "Rivers in the north freeze for several months each winter.",
+    "She wrote three novels before she turned thirty years old.",
+]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SENTENCES = [
     "the king of the city was known for his music .",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).parents[1] / "src"
+SRC = Path(__file__).parents[2] / "src"
 
 
 def package_modules() -> dict[str, tuple[Path, bool]]:

@@ -10,7 +10,7 @@ from harness import copy_run, rules_run, run_snakemake
 
 from jtc.runs.tracking import code_hash, function_closure, module_closure, script_closure
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src"
 RULES = ROOT / "workflow" / "rules"
 SCRIPTS = ROOT / "workflow" / "scripts"

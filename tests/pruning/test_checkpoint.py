@@ -11,15 +11,15 @@ import types
 import numpy as np
 import pytest
 import torch
-from architectures import ARCHITECTURES, COMMON
+from architectures import COMMON
+from pruneable import LAYERS, TOKENIZER, make
 from tiny import SENTENCES, make_tokenizer
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers import AutoModelForCausalLM
 
 from jtc.cli import main
 from jtc.files.io import CorruptFileError
 from jtc.model.adapters import UnsupportedArchitecture
 from jtc.model.cache import cache_model, load_cached
-from jtc.model.classes import task_of
 from jtc.model.discover import find_adapter
 from jtc.pruning import checkpoint as pruned_model
 from jtc.pruning.checkpoint import (
@@ -31,33 +31,7 @@ from jtc.pruning.checkpoint import (
 from jtc.shortcuts.maps import SpanMapWriter
 
 KINDS = ["llama", "qwen2", "gpt2"]
-LAYERS = 5
 START, LENGTH = 2, 2  # blocks 3 and 4 of 5 removed; the transform folded into block 2
-TOKENIZER = make_tokenizer("causal")
-# Qwen2 with sliding-window attention in its last block only (window 4 < the sentences'
-# lengths): its layer_types must lose the removed blocks' entries, not the last ones
-SETTINGS = {"qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 4}}
-
-
-def make(kind: str, layers: int = LAYERS, seed: int = 0):
-    """(model, adapter) of a tiny random model of a transformers model type, in eval mode."""
-    settings = {
-        **COMMON,
-        "vocab_size": len(TOKENIZER),
-        **ARCHITECTURES[kind],
-        **SETTINGS.get(kind, {}),
-        "num_hidden_layers": layers,
-    }
-    config = AutoConfig.for_model(kind, **settings)
-    task = task_of(config)
-    auto = AutoModelForCausalLM if task == "causal" else AutoModelForMaskedLM
-    torch.manual_seed(seed)
-    model = auto.from_config(config).eval()
-    with torch.no_grad():  # biases start at zero: random ones, so that folding them shows
-        for name, param in model.named_parameters():
-            if name.endswith("bias"):
-                param.normal_(0, 0.1)
-    return model, find_adapter(model, task)
 
 
 def random_transform(width: int = COMMON["hidden_size"], seed: int = 0) -> np.ndarray:

@@ -12,7 +12,7 @@ GPU, as jtc.model.cache.load_model and jtc.shortcuts.train decide.
 
 JTC_TEST_DEVICE names the device compared with the CPU (default "cuda"). With
 JTC_TEST_DEVICE=cpu the same tests run CPU against CPU, which checks the tests themselves on a
-machine without a GPU: `JTC_TEST_DEVICE=cpu .venv/bin/python -m pytest tests/test_cuda.py`.
+machine without a GPU: `JTC_TEST_DEVICE=cpu .venv/bin/python -m pytest tests/gpu/test_cuda.py`.
 """
 
 import copy

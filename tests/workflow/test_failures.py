@@ -29,7 +29,7 @@ from jtc.shortcuts.maps import (
 )
 from jtc.stages.fit import fit_map
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def states_dir(folder, layers=3, n=300, width=8):

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from tiny import SENTENCES, make_model, save_model
+from tiny import SENTENCES, TEXTS, make_model, save_model
 
 from jtc.data.states import read_states
 from jtc.files.io import read_json, read_table, write_json, write_table
@@ -70,13 +70,6 @@ def test_package_sources(tmp_path):
 def test_unsupported_architecture_lists_supported():
     with pytest.raises(UnsupportedArchitecture, match="'t5'.*supported: bert, gpt2, llama"):
         get_adapter("t5")
-
-
-TEXTS = [
-    "The committee approved the new budget on Tuesday morning.",
-    "Rivers in the north freeze for several months each winter.",
-    "She wrote three novels before she turned thirty years old.",
-]
 
 
 def extract_texts(model_dir, out, name):

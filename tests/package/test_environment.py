@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENVS = ROOT / "workflow" / "envs"
 
 # [project] dependencies that src/jtc does not import, and why jtc needs them at run time.

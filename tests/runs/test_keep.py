@@ -10,7 +10,7 @@ from harness import copy_run, rules_run, run_snakemake, snapshot
 
 from jtc.runs.keep import Keeper
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_results(root):

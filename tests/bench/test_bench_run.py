@@ -15,7 +15,7 @@ from harness import rules_run
 
 from jtc.logs import CPU, READY
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_run  # noqa: E402

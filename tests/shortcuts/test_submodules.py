@@ -8,8 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from test_models import TEXTS
-from tiny import SENTENCES, make_model, write_sentences
+from tiny import SENTENCES, TEXTS, make_model, write_sentences
 
 from jtc.data.extract import extract, prepare_sentences, run_states
 from jtc.data.states import part_file, read_site, read_states
@@ -110,7 +109,7 @@ def test_runs_from_stored_prefix_equal_the_whole_model(kind, jump, tmp_path):
 def test_runs_after_a_jump_keep_each_blocks_own_attention_type(tmp_path):
     """Qwen2 with sliding-window attention in its last block: the blocks after a jump read
     their own layer types (config.layer_types, by position in the block list)."""
-    from test_pruned_model import TOKENIZER, make
+    from pruneable import TOKENIZER, make
 
     model, adapter = make("qwen2")
     inputs = [np.asarray(TOKENIZER(s)["input_ids"]) for s in SENTENCES]

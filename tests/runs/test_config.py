@@ -99,7 +99,7 @@ def test_bad_values_name_their_key(patch, key):
 
 @pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
 def test_shipped_configs_are_valid(path):
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     validate_config(yaml.safe_load((root / path).read_text()))
 
 

@@ -235,7 +235,7 @@ def test_span_runs_equal_the_model_with_the_blocks_removed(tiny):
 def test_span_runs_keep_each_blocks_own_attention_type():
     """Qwen2 with sliding-window attention in its last block: a span run reads each kept
     block's layer type (config.layer_types by position) as the pruned checkpoint does."""
-    from test_pruned_model import TOKENIZER, make
+    from pruneable import TOKENIZER, make
 
     from jtc.pruning.checkpoint import prune_blocks
 

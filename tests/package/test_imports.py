@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jtc.runs.tracking import function_imports, module_path, script_closure
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src"
 WORKFLOW = ROOT / "workflow"
 SCRIPTS = WORKFLOW / "scripts"

@@ -17,7 +17,7 @@ from tiny import make_tokenizer, write_sentences
 
 from jtc import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 
