@@ -21,9 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2, peak_matmul_gflops  # noqa: E402
 
-from jtc.evaluation.decode import final_reference, score  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
+from jtc.model.scoring import final_reference, score  # noqa: E402
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ takes the first N training sentences.
 
 The package lens's translator is h + W h + b, so it is exported as a jtc map (weight I + W,
 bias b; checked against the package's own forward) and scored by the path jtc's maps take
-(jtc.shortcuts.maps → jtc.evaluation.decode.score → jtc.evaluation.prediction), on the run's
+(jtc.shortcuts.maps → jtc.model.scoring.score → jtc.evaluation.prediction), on the run's
 validation states. `--jtc-maps` takes any number of jtc map files ([LABEL=]PATH, repeatable),
 e.g. tuned lenses trained on 1, 8 and all positions, and `--save-map` writes the package lens as
 a jtc map file. Needs a finished run of the default experiment (`--results`).
@@ -72,10 +72,10 @@ import torch
 
 from jtc.data.extract import prepare_inputs
 from jtc.data.states import read_aligned, read_positions
-from jtc.evaluation.decode import final_reference, score, score_table
 from jtc.evaluation.prediction import bootstrap_means, metric_values, prediction_summary
 from jtc.files.io import read_json, read_table
 from jtc.model.head import load_decoder_head
+from jtc.model.scoring import final_reference, score, score_table
 from jtc.paths import CORPUS, HIDDEN, MAP, MODEL, under
 from jtc.settings import IntervalSettings
 from jtc.shortcuts.maps import ShortcutMap, save_maps, to_last_layer

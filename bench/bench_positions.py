@@ -10,9 +10,9 @@ call), then fits
   the run's own tuned_lens map file) from each --lens-layers layer,
 
 and scores both on the run's validation states (one position per sentence, as the workflow
-scores them) with the workflow's own code: r² into the last layer (jtc.evaluation.r2),
+scores them) with the workflow's own code: r² into the last layer (jtc.shortcuts.quality),
 Precision@1 against the final model's top token, and KL(final || shortcut) in nats
-(jtc.evaluation.decode.score). It prints a table per method and the cost of each count:
+(jtc.model.scoring.score). It prints a table per method and the cost of each count:
 training rows, extraction seconds and stored bytes, seconds per fit. With --maps DIR the tuned
 lenses are also written as map files (DIR/tuned_lens-<count>.safetensors, the workflow's
 format) for other scorers (bench/bench_lens_baseline.py --jtc-maps).
@@ -41,14 +41,14 @@ from jtc import paths  # noqa: E402
 from jtc.data.corpus import select_split  # noqa: E402
 from jtc.data.extract import extract  # noqa: E402
 from jtc.data.states import read_aligned, read_positions, read_states  # noqa: E402
-from jtc.evaluation.decode import final_reference, score  # noqa: E402
-from jtc.evaluation.r2 import r2_score  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.model.cache import load_cached  # noqa: E402
 from jtc.model.head import load_decoder_head  # noqa: E402
+from jtc.model.scoring import final_reference, score  # noqa: E402
 from jtc.shortcuts.closed_form import fit_source  # noqa: E402
 from jtc.shortcuts.lens import lens_reference, train_tuned_lens  # noqa: E402
 from jtc.shortcuts.maps import MapWriter, read_metadata  # noqa: E402
+from jtc.shortcuts.quality import r2_score  # noqa: E402
 from jtc.shortcuts.train import TrainSettings, pair_seed  # noqa: E402
 
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
 from jtc.data.extract import run_states  # noqa: E402
-from jtc.evaluation.decode import final_reference, score  # noqa: E402
 from jtc.model.adapters import part_adapter  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
+from jtc.model.scoring import final_reference, score  # noqa: E402
 from jtc.shortcuts.maps import ShortcutMap  # noqa: E402
 from jtc.shortcuts.parts import VARIANTS  # noqa: E402
 from jtc.shortcuts.replace import prefix_states, replaced_final_states  # noqa: E402

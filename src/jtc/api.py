@@ -17,7 +17,6 @@ lens.figure("The river flows into the", "lens.png", stat="kl")  # layer × token
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import pyarrow as pa
 
 from jtc import paths
 from jtc.files.io import atomic_dir, read_json, read_table
+from jtc.model.sources import shareable_source
 from jtc.shortcuts.maps import ShortcutMap, load_map, read_metadata
 
 MAP_NAME = "maps.safetensors"  # an export's map file
@@ -121,20 +121,6 @@ def results_problem(results: str | Path, model: str, corpus: str, method: str) -
             f"{fitted or 'none'}); add '{method}' to the config's methods and rerun the workflow"
         )
     return None
-
-
-def shareable_source(source: str | None) -> str | None:
-    """A model source fit to share, without the exporting machine's folders: a local path cut
-    to its last component, a package path to what follows site-packages (the package's own
-    path); a hub id as it is."""
-    match = re.fullmatch(r"(local|package) '(.*)'", source or "")
-    if match is None:
-        return source
-    kind, where = match.groups()
-    if kind == "package":
-        inside = re.split(r"[/\\](?:site|dist)-packages[/\\]", where)
-        return f"package '{inside[-1] if len(inside) > 1 else Path(where).name}'"
-    return f"local '{Path(where).name}'"
 
 
 @dataclass

@@ -8,9 +8,10 @@ import pytest
 import torch
 from tiny import SENTENCES, make_model
 
-from jtc.api import LENS_STATS, Lens, ShortcutMismatch, Shortcuts, shareable_source
+from jtc.api import LENS_STATS, Lens, ShortcutMismatch, Shortcuts
 from jtc.cli import main
 from jtc.model.cache import model_info
+from jtc.model.sources import shareable_source
 from jtc.shortcuts.maps import ShortcutMap, save_maps
 
 WIDTH = 4

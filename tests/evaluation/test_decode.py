@@ -8,9 +8,10 @@ from tiny import make_model
 
 import jtc.model.head as head_mod
 from jtc.data.states import read_states
-from jtc.evaluation.decode import final_reference, score, top_tokens
+from jtc.evaluation.decode import top_tokens
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head, NoDecoderHead
+from jtc.model.scoring import final_reference, score
 
 HEAD_KINDS = ["gpt2", "llama", "bert-mlm"]
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from jtc.evaluation.decode import SHORTLIST_COLUMNS, final_reference, score
 from jtc.evaluation.exit_tables import shortlist_macs
 from jtc.evaluation.shortlist import Factors, Shortlist, fit_factors, load_factors, save_factors
 from jtc.files.io import CorruptFileError
 from jtc.model.head import Head
+from jtc.model.scoring import SHORTLIST_COLUMNS, final_reference, score
 
 VOCAB, WIDTH = 300, 24
 

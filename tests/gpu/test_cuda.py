@@ -29,13 +29,14 @@ from tiny import SENTENCES, make_model, save_model
 from jtc.api import Lens, Shortcuts
 from jtc.data.extract import prepare_sentences, run_states
 from jtc.data.states import part_file, read_positions, read_site, read_states
-from jtc.evaluation.decode import final_reference, score, top_tokens
+from jtc.evaluation.decode import top_tokens
 from jtc.evaluation.early_exit import layer_arrays, run_with_early_exit
 from jtc.files.io import read_json, read_table, write_table
 from jtc.model.adapters import PART_NAMES, adapter_of, get_adapter, part_adapter
 from jtc.model.cache import cache_model, load_cached, model_info
 from jtc.model.head import Head
 from jtc.model.hooks import PartRecorder, part_sites
+from jtc.model.scoring import final_reference, score
 from jtc.shortcuts.lens import lens_loss
 from jtc.shortcuts.maps import ShortcutMap, load_maps, read_metadata, save_maps, save_part_maps
 from jtc.shortcuts.methods import METHODS

@@ -207,8 +207,8 @@ def test_models_that_are_not_decoder_or_encoder_stacks_are_named(model_type, con
 def test_a_soft_capped_head_is_decoded_with_its_cap():
     """Gemma 2's logits are c·tanh(z / c): the head applies the cap, and the KL of every layer
     equals the KL computed from the whole distributions (not the linear shortcut)."""
-    from jtc.evaluation.decode import final_reference, score
     from jtc.model.discover import find_adapter
+    from jtc.model.scoring import final_reference, score
 
     model, task = build("gemma2", 120)
     adapter = find_adapter(model, task)

@@ -6,7 +6,7 @@ import re
 import pyarrow as pa
 
 from jtc.files.io import write_table
-from jtc.report.pages import markdown_page, table_page
+from jtc.report.pages import markdown_page, table_page, write_table_with_page
 
 
 def test_a_table_page_holds_every_value(tmp_path):
@@ -15,10 +15,10 @@ def test_a_table_page_holds_every_value(tmp_path):
     assert "<th>method</th><th>layer</th><th>r2</th>" in page
     assert '<td>mat</td><td class="num">3</td><td class="num">0.1235</td>' in page
     assert "<td>&lt;id&gt;</td>" in page and '<td class="num">–</td>' in page  # escaped; NaN
-    write_table(table, tmp_path / "r2.parquet", csv=True)  # a CSV and a page beside it
+    write_table_with_page(table, tmp_path / "r2.parquet")  # a CSV and a page beside it
     assert (tmp_path / "r2.csv").exists() and (tmp_path / "r2.html").read_text() == page
-    write_table(table, tmp_path / "t.parquet", csv=True, page=False)
-    assert not (tmp_path / "t.html").exists()
+    write_table(table, tmp_path / "t.parquet", csv=True)  # a CSV alone
+    assert (tmp_path / "t.csv").exists() and not (tmp_path / "t.html").exists()
 
 
 def test_a_markdown_page_has_the_headings_paragraphs_and_tables():

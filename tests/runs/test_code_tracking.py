@@ -60,7 +60,7 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
             "jtc.shortcuts.closed_form",
             "jtc.shortcuts.train",
             "jtc.data.extract",
-            "jtc.evaluation.decode",
+            "jtc.model.scoring",
         }, rule
     # every method fitted from the states alone: closed form and trained by MSE (train)
     fit = {
@@ -80,7 +80,7 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         "jtc.model.cache",
         "jtc.model.head",
         "jtc.shortcuts.lens",  # the tuned lens: train_map's, through the head
-        "jtc.evaluation.decode",
+        "jtc.model.scoring",
     }
     # trained through the head: its target rule (methods), the lens and the head tracked
     head = {
@@ -88,7 +88,7 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         "jtc.shortcuts.lens",
         "jtc.shortcuts.methods",
         "jtc.model.head",
-        "jtc.evaluation.decode",
+        "jtc.model.scoring",
     }
     assert head <= closure("train_map")
     # the jobs that only decode read the head alone: not the model's sources, its discovery,

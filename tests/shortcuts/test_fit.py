@@ -6,7 +6,6 @@ import pytest
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score as sk_r2
 
-from jtc.evaluation.r2 import r2_score
 from jtc.files.io import CorruptFileError
 from jtc.shortcuts.closed_form import (
     SourceSolver,
@@ -17,6 +16,7 @@ from jtc.shortcuts.closed_form import (
     reduced_rank_affine,
 )
 from jtc.shortcuts.maps import ShortcutMap, load_maps, save_maps
+from jtc.shortcuts.quality import r2_score
 
 
 def problem(n=400, d=24, seed=0):
@@ -153,7 +153,8 @@ def test_torch_r2_equals_the_cpu_path(device, tmp_path):
     constant and dead coordinates included."""
     import torch
 
-    from jtc.evaluation.r2 import layer_r2_table, shortcut_r2
+    from jtc.evaluation.r2 import layer_r2_table
+    from jtc.shortcuts.quality import shortcut_r2
 
     rng = np.random.default_rng(4)
     y = rng.normal(size=(80, 4))

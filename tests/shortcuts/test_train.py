@@ -7,9 +7,9 @@ import torch
 from sklearn.linear_model import LinearRegression
 from tiny import make_model
 
-from jtc.evaluation.decode import final_reference
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
+from jtc.model.scoring import final_reference
 from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
 from jtc.shortcuts.lens import AffineTranslator, lens_loss, train_tuned_lens
 from jtc.shortcuts.maps import DEFAULT_NORM_EPS, ShortcutMap, load_map, save_maps

@@ -17,16 +17,10 @@ from jtc.data.corpus import CorpusError
 from jtc.data.extract import extract, prepare_inputs
 from jtc.data.states import StateWriter, layer_file, read_states
 from jtc.files.io import CorruptFileError, write_json
+from jtc.files.tensors import TensorWriter
 from jtc.model.cache import cache_model, load_cached, model_info
 from jtc.model.sources import ModelSourceError
-from jtc.shortcuts.maps import (
-    FORMAT,
-    TensorWriter,
-    load_map,
-    load_part_maps,
-    save_maps,
-    save_part_maps,
-)
+from jtc.shortcuts.maps import FORMAT, load_map, load_part_maps, save_maps, save_part_maps
 from jtc.stages.fit import fit_map
 
 ROOT = Path(__file__).parents[2]

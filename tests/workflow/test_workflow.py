@@ -795,8 +795,8 @@ def test_api_reproduces_the_workflow_numbers(tiny_run, tmp_path):
     from jtc.api import Lens, ShortcutMismatch, Shortcuts
     from jtc.cli import main
     from jtc.data.states import read_aligned, read_states
-    from jtc.evaluation.r2 import r2_score
     from jtc.model.cache import load_cached
+    from jtc.shortcuts.quality import r2_score
 
     workdir = tiny_run
     results = workdir / "results"

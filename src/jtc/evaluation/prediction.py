@@ -1,6 +1,7 @@
-"""Prediction metrics from per-position scores (decode.SCORE_COLUMNS): Precision@k, Surprisal,
-KL(final || shortcut) and cross-entropy to the gold token, each averaged over the validation
-positions with a paired bootstrap interval (the same resamples for every method and layer)."""
+"""Prediction metrics from per-position scores (jtc.model.scoring.SCORE_COLUMNS): Precision@k,
+Surprisal, KL(final || shortcut) and cross-entropy to the gold token, each averaged over the
+validation positions with a paired bootstrap interval (the same resamples for every method and
+layer)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from jtc.shortcuts.maps import TensorWriter, read_tensor_file
+from jtc.files.tensors import TensorWriter, read_tensor_file
 
 FORMAT = "jtc-shortlist-v1"
 

@@ -95,11 +95,9 @@ def read_json(path: str | os.PathLike) -> Any:
         ) from exc
 
 
-def write_table(
-    table: pa.Table, path: str | os.PathLike, csv: bool = False, page: bool | None = None
-) -> None:
-    """Write a Parquet table atomically; with `csv`, a CSV copy next to it, and with `page`
-    (default: as `csv`) an HTML page of it (.html, what the report shows)."""
+def write_table(table: pa.Table, path: str | os.PathLike, csv: bool = False) -> None:
+    """Write a Parquet table atomically; with `csv`, a CSV copy next to it (the HTML page the
+    report shows beside a table is jtc.report.pages.write_table_with_page's)."""
     table = table.replace_schema_metadata(
         {**(table.schema.metadata or {}), **parquet_metadata(path, ColumnDigests.of(table))}
     )
@@ -110,11 +108,6 @@ def write_table(
 
         with atomic_path(Path(path).with_suffix(".csv")) as tmp:
             pacsv.write_csv(table, tmp)
-    if csv if page is None else page:
-        from jtc.report.pages import table_page
-
-        with atomic_path(Path(path).with_suffix(".html")) as tmp:
-            tmp.write_text(table_page(table, Path(path).stem.replace("_", " ")))
 
 
 def rows_table(rows: list[dict[str, Any]], schema: dict[str, pa.DataType]) -> pa.Table:

@@ -49,7 +49,7 @@ class NoDecoderHead(ValueError):
 
 class Head:
     """The decoder head of a model, split into a transform and a linear unembedding, in float32
-    (jtc.evaluation.decode decodes and scores with it, a chunk of rows at a time)."""
+    (jtc.model.scoring decodes and scores with it, a chunk of rows at a time)."""
 
     def __init__(
         self,

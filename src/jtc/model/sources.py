@@ -46,6 +46,20 @@ class Candidate:
         return f"{self.kind} '{where}{rev}'"
 
 
+def shareable_source(source: str | None) -> str | None:
+    """A model source fit to share, without the exporting machine's folders: a local path cut
+    to its last component, a package path to what follows site-packages (the package's own
+    path); a hub id as it is."""
+    match = re.fullmatch(r"(local|package) '(.*)'", source or "")
+    if match is None:
+        return source
+    kind, where = match.groups()
+    if kind == "package":
+        inside = re.split(r"[/\\](?:site|dist)-packages[/\\]", where)
+        return f"package '{inside[-1] if len(inside) > 1 else Path(where).name}'"
+    return f"local '{Path(where).name}'"
+
+
 def _split_gguf(path: Path) -> tuple[str, str | None]:
     if path.suffix.lower() == ".gguf":
         return str(path.parent), path.name

@@ -460,6 +460,6 @@ def write_pruned(
 
 
 def _shareable(source: str | None) -> str | None:
-    from jtc.api import shareable_source
+    from jtc.model.sources import shareable_source
 
     return shareable_source(source)

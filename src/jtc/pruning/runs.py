@@ -26,13 +26,13 @@ import torch
 from torch import nn
 
 from jtc.data.extract import padded_batches
-from jtc.evaluation.decode import Reference, final_reference, score
 from jtc.files.io import rows_table
 from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import hidden_input, hidden_output, substitute_input
 from jtc.model.kept_blocks import running_only
+from jtc.model.scoring import Reference, final_reference, score
 from jtc.pruning.fits import SpanGrams
 from jtc.pruning.spans import StatisticsPlan, removed_label
 from jtc.shortcuts.maps import ShortcutMap

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
+from pathlib import Path
 
 import pyarrow as pa
+
+from jtc.files.io import atomic_path, write_table
 
 STYLE = """
 body { font: 13px/1.35 system-ui, sans-serif; margin: 12px; color: #222; }
@@ -50,6 +54,14 @@ def table_page(table: pa.Table, title: str) -> str:
         + "\n".join(rows)
         + "</tbody></table></body></html>\n"
     )
+
+
+def write_table_with_page(table: pa.Table, path: str | os.PathLike) -> None:
+    """Write a table the report shows: Parquet (jtc.files.io.write_table), a CSV copy and an
+    HTML page of it (.csv, .html beside it), each atomically."""
+    write_table(table, path, csv=True)
+    with atomic_path(Path(path).with_suffix(".html")) as tmp:
+        tmp.write_text(table_page(table, Path(path).stem.replace("_", " ")))
 
 
 def _cells(line: str) -> list[str]:

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from jtc.evaluation.decode import Reference, final_reference
 from jtc.model.head import Head
+from jtc.model.scoring import Reference, final_reference
 from jtc.shortcuts.closed_form import least_squares_affine
 from jtc.shortcuts.fit import map_metadata, train_pairs
 from jtc.shortcuts.train import TrainResult, TrainSettings, as_tensor, train_module
@@ -66,7 +66,7 @@ def lens_loss(head: Head, reference: Reference, states: torch.Tensor, rows: torc
 
 def lens_reference(head: Head, final_states: np.ndarray) -> Reference:
     """What the tuned lens's loss needs of the final prediction D(h_L)
-    (jtc.evaluation.decode.Reference), as plain tensors on the head's device; the same for
+    (jtc.model.scoring.Reference), as plain tensors on the head's device; the same for
     every source layer of a job."""
     reference = final_reference(head, final_states, 1)
     # inference-mode tensors cannot take part in autograd: plain copies, on the head's device

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 from jtc.data.states import part_file, read_site, read_site_aligned
-from jtc.evaluation.r2 import shortcut_r2
 from jtc.files.io import read_json, rows_table
 from jtc.shortcuts.closed_form import fit_source
 from jtc.shortcuts.maps import PartMapWriter, ShortcutMap
+from jtc.shortcuts.quality import shortcut_r2
 
 if TYPE_CHECKING:
     import torch

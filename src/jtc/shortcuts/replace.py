@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from jtc.data.extract import padded_batches, run_states
-from jtc.evaluation.decode import final_reference, score, score_table
 from jtc.logs import Progress
 from jtc.model.adapters import Adapter
 from jtc.model.head import Head
 from jtc.model.hooks import StateRecorder, hidden_input, hidden_output, substitute_input
 from jtc.model.kept_blocks import running_only
+from jtc.model.scoring import final_reference, score, score_table
 from jtc.shortcuts.maps import ShortcutMap
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ def replaced_scores(
     variant (`variants`: its part names), blocks l+1..L run from those states with the variant's
     parts replaced by their maps (`part_maps`), and the final states at `positions` decoded and
     scored against the unmodified model's prediction (from its stored `final_states`, the
-    states h_L there). One table: jtc.evaluation.decode's score columns, method = variant,
+    states h_L there). One table: jtc.model.scoring's score columns, method = variant,
     layer = l. A run that overflows (inf or NaN) counts as a miss, with a warning."""
     started = time.perf_counter()
     prefixes = prefix_states(model, adapter, inputs, jumps, batch_size, pad_id)

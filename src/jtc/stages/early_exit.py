@@ -23,8 +23,9 @@ def early_exit(
     from the cached model's info.json and the parameter table. `settings`: config early_exit."""
     from jtc.data.states import read_positions
     from jtc.evaluation import exit_tables as ee
-    from jtc.files.io import read_json, read_table, write_table
+    from jtc.files.io import read_json, read_table
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
     from jtc.settings import EarlyExitSettings
 
     ready()
@@ -48,8 +49,8 @@ def early_exit(
             else None
         ),
     )
-    write_table(sweep, sweep_out, csv=True)
-    write_table(saved, savings_out, csv=True)
+    write_table_with_page(sweep, sweep_out)
+    write_table_with_page(saved, savings_out)
 
 
 def plot_early_exit(

@@ -14,8 +14,9 @@ def r2_table(
     from jtc.data.states import read_aligned, read_states
     from jtc.devices import linalg_device
     from jtc.evaluation.r2 import layer_r2_table
-    from jtc.files.io import read_json, write_table
+    from jtc.files.io import read_json
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
 
     ready()
     n_layers = read_json(f"{val_dir}/info.json")["num_layers"]
@@ -23,7 +24,7 @@ def r2_table(
     states = [first] + [read_aligned(val_dir, layer, ids) for layer in range(1, n_layers + 1)]
     with threadpool_limits(threads):
         table = layer_r2_table(states, maps, model=model, corpus=corpus, device=linalg_device())
-    write_table(table, out, csv=True)
+    write_table_with_page(table, out)
 
 
 def plot_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
@@ -47,8 +48,9 @@ def parameter_table(
     """Parameters of one map (layer 0 into the last layer) per method (`map_files`: each
     method's map file), beside mat's d²; with the rows each method was fitted on (its map
     file's metadata) and whether they are fewer than the width (`underdetermined`, warned)."""
-    from jtc.files.io import read_json, write_table
+    from jtc.files.io import read_json
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
     from jtc.shortcuts.maps import parameter_table as parameters
     from jtc.shortcuts.underdetermined import with_training_rows
 
@@ -61,4 +63,4 @@ def parameter_table(
         model=model,
         corpus=corpus,
     )
-    write_table(with_training_rows(table, map_files, model=model, corpus=corpus), out, csv=True)
+    write_table_with_page(with_training_rows(table, map_files, model=model, corpus=corpus), out)

@@ -45,20 +45,20 @@ def decode_predictions(
     shortlist: str | None = None,
     candidates: int = 0,
 ) -> None:
-    """Per-position scores (jtc.evaluation.decode.SCORE_COLUMNS) of every method at every layer of
+    """Per-position scores (jtc.model.scoring.SCORE_COLUMNS) of every method at every layer of
     the validation split (`maps`: each method's map file, None for id), into outs[method]; with a
     `shortlist` factorisation, also the shortlist check's on `candidates` tokens
-    (jtc.evaluation.decode.SHORTLIST_COLUMNS). The head, the final prediction and each layer's
+    (jtc.model.scoring.SHORTLIST_COLUMNS). The head, the final prediction and each layer's
     states are read once for all methods."""
     import numpy as np
     import pyarrow as pa
 
     from jtc.data.states import read_aligned, read_positions
-    from jtc.evaluation.decode import final_reference, score, score_table
     from jtc.evaluation.shortlist import Shortlist, load_factors
     from jtc.files.io import write_table
     from jtc.logs import Progress, ready
     from jtc.model.head import load_decoder_head
+    from jtc.model.scoring import final_reference, score, score_table
     from jtc.shortcuts.maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
@@ -96,8 +96,9 @@ def prediction_table(
     """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
     intervals (jtc.evaluation.prediction.prediction_summary), and its CSV copy."""
     from jtc.evaluation.prediction import prediction_summary
-    from jtc.files.io import read_table, write_table
+    from jtc.files.io import read_table
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
     from jtc.settings import IntervalSettings
 
     ready()
@@ -108,7 +109,7 @@ def prediction_table(
         settings=IntervalSettings.of(settings),
         seed=seed,
     )
-    write_table(table, out, csv=True)
+    write_table_with_page(table, out)
 
 
 def plot_prediction(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
@@ -176,7 +177,7 @@ def prediction_examples(
         layers=list(settings.example_layers),
         mask_token_id=model_info.get("mask_token_id"),
     )
-    write_table(table, out, csv=True, page=False)
+    write_table(table, out, csv=True)
     text = examples.examples_markdown(table, f"{model} on {corpus}", info["task"]) + "\n"
     with atomic_path(markdown) as tmp:
         tmp.write_text(text)

@@ -164,16 +164,17 @@ def pruning_tables(
 ) -> None:
     """The span table (every variant, length and start) and the selected table (every length,
     selection rule and variant), with paired bootstrap intervals over sentences."""
-    from jtc.files.io import read_table, write_table
+    from jtc.files.io import read_table
     from jtc.logs import ready
     from jtc.pruning.tables import run_scores, selected_table, span_table
+    from jtc.report.pages import write_table_with_page
     from jtc.settings import IntervalSettings
 
     ready()
     scores = run_scores(read_table(runs), IntervalSettings.of(settings), seed)
     names = {"model": model, "corpus": corpus}
-    write_table(span_table(scores, read_table(calibration), **names), spans_out, csv=True)
-    write_table(selected_table(scores, read_table(selection), **names), selected_out, csv=True)
+    write_table_with_page(span_table(scores, read_table(calibration), **names), spans_out)
+    write_table_with_page(selected_table(scores, read_table(selection), **names), selected_out)
 
 
 def plot_pruning(

@@ -9,7 +9,7 @@ def headline_table(pairs: list[tuple], template: str, out: str, landing: str) ->
     pruning ran on it]) in `pairs` (headline_sources' arguments; a pair without the fourth is
     not pruned), and the landing page: the report's `template` (its text) followed by the
     headline section."""
-    from jtc.files.io import atomic_path, read_table, write_table
+    from jtc.files.io import atomic_path, read_table
     from jtc.logs import ready
     from jtc.report.headline import (
         Tables,
@@ -18,6 +18,7 @@ def headline_table(pairs: list[tuple], template: str, out: str, landing: str) ->
         headline_table,
         landing_section,
     )
+    from jtc.report.pages import write_table_with_page
 
     ready()
     rows = []
@@ -26,7 +27,7 @@ def headline_table(pairs: list[tuple], template: str, out: str, landing: str) ->
         read = {name: read_table(path) for name, path in files.items()}
         rows += headline_rows(model, corpus, Tables(**read))
     table = headline_table(rows)
-    write_table(table, out, csv=True)
+    write_table_with_page(table, out)
     text = template.rstrip("\n") + "\n\n"
     with atomic_path(landing) as tmp:
         tmp.write_text(text + landing_section(table), encoding="utf-8")

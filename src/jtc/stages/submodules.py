@@ -32,8 +32,8 @@ def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str)
     when the job has one), with the rows the maps were fitted on and whether they are fewer
     than the part's input width (`underdetermined`, warned)."""
     from jtc.devices import linalg_device
-    from jtc.files.io import write_table
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
     from jtc.shortcuts.maps import load_part_maps
     from jtc.shortcuts.parts import part_r2_table as r2
     from jtc.shortcuts.underdetermined import with_part_training_rows
@@ -41,7 +41,7 @@ def part_r2_table(val_dir: str, maps: str, out: str, *, model: str, corpus: str)
     ready()
     part_maps = load_part_maps(maps)
     table = r2(val_dir, part_maps, model=model, corpus=corpus, device=linalg_device())
-    write_table(with_part_training_rows(table, maps, part_maps), out, csv=True)
+    write_table_with_page(with_part_training_rows(table, maps, part_maps), out)
 
 
 def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
@@ -147,8 +147,9 @@ def submodule_table(
     import pyarrow.compute as pc
 
     from jtc.evaluation.prediction import prediction_summary
-    from jtc.files.io import read_table, write_table
+    from jtc.files.io import read_table
     from jtc.logs import ready
+    from jtc.report.pages import write_table_with_page
     from jtc.settings import IntervalSettings
 
     ready()
@@ -169,7 +170,7 @@ def submodule_table(
         seed=seed,
         diverged=True,
     )
-    write_table(summary, out, csv=True)
+    write_table_with_page(summary, out)
 
 
 def plot_submodules(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
