@@ -1,13 +1,16 @@
-"""The import graph of the jtc package, read from its sources (nothing is imported): which jtc
-modules each module's import statements name, at its top level (`if TYPE_CHECKING:` blocks
-included) or also inside its functions, and the first line naming each; and a cycle finder.
-Shared by tests/package/test_import_cycles.py and tests/package/test_layering.py."""
+"""The import graph of the jtc package, read from its sources (the modules are not imported):
+which jtc modules each module's import statements name, at its top level (`if TYPE_CHECKING:`
+blocks included) or also inside its functions, and the first line naming each (a statement
+resolved as code tracking resolves it, jtc.runs.tracking); and a cycle finder. Shared by
+tests/package/test_import_cycles.py and tests/package/test_layering.py."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from jtc.runs.tracking import _imported
 
 SRC = Path(__file__).parents[2] / "src"
 
@@ -35,22 +38,6 @@ def _statements(tree: ast.Module, in_functions: bool) -> Iterator[ast.AST]:
             todo += list(ast.iter_child_nodes(node))
 
 
-def _named(node: ast.AST, name: str, package: bool, modules: dict) -> set[str]:
-    """The jtc modules one import statement of module `name` names."""
-    if isinstance(node, ast.Import):
-        return {a.name for a in node.names if a.name in modules}
-    if not isinstance(node, ast.ImportFrom):
-        return set()
-    if node.level:
-        parts = name.split(".")
-        keep = len(parts) - node.level + (1 if package else 0)
-        base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-    else:
-        base = node.module or ""
-    named = {base} if base in modules else set()
-    return named | {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules}
-
-
 def import_lines(in_functions: bool) -> dict[str, dict[str, int]]:
     """{module: {jtc module its import statements name: the first line that names it}}."""
     modules = package_modules()
@@ -58,7 +45,8 @@ def import_lines(in_functions: bool) -> dict[str, dict[str, int]]:
     for name, (path, package) in modules.items():
         found: dict[str, int] = {}
         for node in _statements(ast.parse(path.read_text()), in_functions):
-            for target in _named(node, name, package, modules) - {name}:
+            named = _imported(SRC, node, name, package) & modules.keys()  # as code tracking
+            for target in named - {name}:
                 found[target] = min(found.get(target, node.lineno), node.lineno)
         lines[name] = found
     return lines
