@@ -13,7 +13,7 @@ from tiny import SENTENCES, make_model
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
 from jtc.pruning.fits import fit_span, select_spans
-from jtc.pruning.runs import SpanRun, span_scores, span_statistics
+from jtc.pruning.runs import SpanRun, span_scores
 from jtc.pruning.spans import (
     StatisticsPlan,
     default_lengths,
@@ -21,6 +21,7 @@ from jtc.pruning.spans import (
     removed_label,
     spans,
 )
+from jtc.pruning.sums import span_statistics
 from jtc.shortcuts.maps import ShortcutMap
 
 LAYERS = 6
