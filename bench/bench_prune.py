@@ -1,5 +1,5 @@
 """The pruned SmolLM2 as it would be deployed: parameters and greedy-generation tokens per second of
-the checkpoints `snakemake pruned` writes (jtc.pruning.checkpoint.write_pruned), against the
+the checkpoints `snakemake pruned` writes (jtc.pruning.checkpoint.export), against the
 whole model, with the share of each prompt's greedy output that follows the whole model's.
 
 It prunes the span the default run chose (results/: the cached model, the pruning maps and
@@ -31,7 +31,7 @@ from common import peak_matmul_gflops  # noqa: E402
 
 from jtc import paths  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
-from jtc.pruning.checkpoint import read_replaceme_map, write_pruned  # noqa: E402
+from jtc.pruning.checkpoint import export  # noqa: E402
 from jtc.pruning.spans import chosen_start, export_length  # noqa: E402
 
 MODEL = "smollm2"
@@ -103,16 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     spans = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name, (variant, first) in candidates.items():
-            transform = None
-            if variant == "replaceme":
-                transform = read_replaceme_map(folder / "maps.safetensors", first, n)
-            out = write_pruned(
+            out = export(
                 model_dir,
                 Path(scratch) / name.replace(",", "").replace(" ", "-"),
                 start=first,
                 length=n,
                 variant=variant,
-                transform=transform,
+                maps=folder / "maps.safetensors",
             )
             models[name] = AutoModelForCausalLM.from_pretrained(out).eval()
             spans[name] = f"blocks {first + 1}-{first + n}"

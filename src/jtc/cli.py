@@ -90,26 +90,21 @@ def _prune_parser(commands, defaults) -> None:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from jtc.pruning.checkpoint import DESCRIPTION, read_replaceme_map, write_pruned
+    from jtc.pruning.checkpoint import DESCRIPTION, export
 
     try:
         if args.variant == "replaceme" and not args.maps:
             raise ValueError("--variant replaceme needs --maps FILE (the fitted transforms)")
         if args.variant == "drop" and args.maps:
             raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")
-        transform, source = None, None
-        if args.maps:
-            transform = read_replaceme_map(args.maps, args.start, args.length)
-            source = f"{args.maps}: replaceme, start {args.start}, length {args.length}"
-        folder = write_pruned(
+        folder = export(
             args.model_dir,
             args.out,
             start=args.start,
             length=args.length,
             variant=args.variant,
-            transform=transform,
+            maps=args.maps,
             force=args.force,
-            transform_source=source,
         )
     except (OSError, ValueError, RuntimeError) as err:
         print(f"jtc prune: {err}", file=sys.stderr)

@@ -3,6 +3,7 @@ against plain numpy least squares on the same tokens, the selection rules, and t
 runs against the model with the blocks really removed."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pyarrow.compute as pc
@@ -13,14 +14,17 @@ from tiny import SENTENCES, make_model
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
 from jtc.pruning.fits import fit_span, select_spans
-from jtc.pruning.runs import SpanRun, span_scores, span_statistics
+from jtc.pruning.runs import SpanRun, span_scores
 from jtc.pruning.spans import (
     StatisticsPlan,
     default_lengths,
+    exported_span,
     lengths_problem,
     removed_label,
     spans,
 )
+from jtc.pruning.sums import span_statistics
+from jtc.settings import ExportSettings
 from jtc.shortcuts.maps import ShortcutMap
 
 LAYERS = 6
@@ -273,3 +277,19 @@ def test_models_that_cannot_be_pruned_are_refused_by_name():
     too_long = pruning_problem("llama", "causal", llama, 6, [2, 6], ["drop"])
     assert "'pruning.lengths': 6 blocks cannot be removed from a model of 6 blocks" in too_long
     assert pruning_problem("llama", "causal", llama, None, [40], ["drop"]) is None  # depth unknown
+
+
+def test_the_exported_span_is_the_one_the_rule_chose_at_the_length():
+    """export_pruned's span: the configured length, or the one closest to a quarter of the
+    depth; a variant the selection table lacks is refused by its config key."""
+    rows = [
+        {"length": n, "variant": v, "selection": "measured", "start": start}
+        for n, v, start in ((2, "replaceme", 3), (4, "replaceme", 1), (4, "drop", 5))
+    ]
+    settings = ExportSettings.defaults(export_variant="replaceme", export_selection="measured")
+    assert exported_span(rows, 16, settings, "m") == (1, 4)
+    assert exported_span(rows, 12, settings, "m") == (3, 2)  # 2 and 4 as close: the shorter
+    assert exported_span(rows, 16, dataclasses.replace(settings, export_length=2), "m") == (3, 2)
+    drop = dataclasses.replace(settings, export_variant="drop", export_length=2)
+    with pytest.raises(ValueError, match="'pruning.export_variant': no drop span of 2 blocks"):
+        exported_span(rows, 16, drop, "m")

@@ -21,14 +21,9 @@ from jtc.files.io import CorruptFileError
 from jtc.model.adapters import UnsupportedArchitecture
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
-from jtc.pruning import checkpoint as pruned_model
-from jtc.pruning.checkpoint import (
-    fold_problem,
-    prune_blocks,
-    read_replaceme_map,
-    write_pruned,
-)
-from jtc.shortcuts.maps import SpanMapWriter
+from jtc.pruning import checkpoint
+from jtc.pruning.checkpoint import fold_problem, prune_blocks, write_pruned
+from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
 
 KINDS = ["llama", "qwen2", "gpt2"]
 START, LENGTH = 2, 2  # blocks 3 and 4 of 5 removed; the transform folded into block 2
@@ -337,7 +332,7 @@ def test_a_failed_write_leaves_nothing(cached, tmp_path, monkeypatch):
     def fail(*_args, **_kwargs):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(pruned_model, "_check_export", fail)
+    monkeypatch.setattr(checkpoint, "check_export", fail)
     with pytest.raises(RuntimeError, match="interrupted"):
         write_pruned(cached("llama"), tmp_path / "out", start=START, length=LENGTH, variant="drop")
     assert list(tmp_path.iterdir()) == []

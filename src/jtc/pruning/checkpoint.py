@@ -12,12 +12,11 @@ custom code.
 
 The transform comes in torch.nn convention, `weight` of shape (d, d) with new output
 X @ weight.T (weight = Tᵀ), as `replaceme.start_{i}.length_{n}.weight` in the workflow's maps
-file (results/pruning/{model}/{corpus}/maps.safetensors; `read_replaceme_map`).
+file (results/pruning/{model}/{corpus}/maps.safetensors; jtc.pruning.map_file); `export` reads
+it from there, for `jtc prune` and the export_pruned stage.
 
-`write_pruned` checks what it writes before it puts the folder in place: the pruned model's
-logits on a random batch against the original model's with the transform applied by a hook and
-the blocks skipped, and the written checkpoint, loaded with plain transformers, against the
-pruned model (then a few tokens generated with its KV cache).
+`write_pruned` checks what it writes before it puts the folder in place
+(jtc.pruning.export_check).
 """
 
 from __future__ import annotations
@@ -31,7 +30,9 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
-from jtc.model.kept_blocks import prune_config, running_only
+from jtc.model.kept_blocks import prune_config
+from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
+from jtc.pruning.map_file import read_replaceme_map
 
 VARIANTS = ("replaceme", "drop")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -48,12 +49,6 @@ FINAL_LINEARS = (
     "out_proj",
     "wo",
 )
-CHECK_TOKENS = (2, 7)  # the random batch an export is checked on: sequences x tokens
-CHECK_NEW_TOKENS = 2  # tokens an export generates when it is checked
-# largest logit error, relative to the largest logit: of the pruned model against the hooked
-# reference (float32 weights; 16-bit ones, where the folded matrix is rounded), and of the
-# written checkpoint loaded with transformers against the pruned model in memory
-FOLD_TOLERANCE, FOLD_TOLERANCE_16BIT, RELOAD_TOLERANCE = 1e-3, 0.2, 1e-3
 
 
 # --- the MLP's final linear layer -------------------------------------------------------------
@@ -256,103 +251,35 @@ def prune_blocks(
                 module.layer_idx = index
 
 
-# --- the maps file ----------------------------------------------------------------------------
-
-
-def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:
-    """The ReplaceMe transform of a span from the workflow's maps file
-    (jtc.shortcuts.maps.load_span_map: its checksum verified)."""
-    from jtc.shortcuts.maps import load_span_map
-
-    return load_span_map(path, "replaceme", start, length).tensors["weight"]
-
-
 # --- writing a pruned checkpoint --------------------------------------------------------------
 
 
-def _check_batch(model: nn.Module) -> dict[str, torch.Tensor]:
-    vocab = model.get_input_embeddings().num_embeddings
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, max(4, vocab - 1), CHECK_TOKENS, generator=generator)
-    device = next(model.parameters()).device
-    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-
-
-def hooked_logits(
-    model: nn.Module,
-    adapter: Adapter,
+def export(
+    model_dir: str | Path,
+    out: str | Path,
+    *,
     start: int,
     length: int,
-    transform: np.ndarray | None,
-    batch: dict[str, torch.Tensor],
-) -> torch.Tensor:
-    """The logits of the pruned model computed on the unpruned one, with hooks: block `start`'s
-    MLP output times the transform, blocks start+1..start+length skipped (and the config's
-    per-layer settings those of the blocks kept)."""
-    blocks = adapter.blocks(model)
-    handle = None
-    if transform is not None:
-        _, mlp = _mlp(adapter, blocks[start - 1])
-        device = next(mlp.parameters()).device
-        w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
-        handle = mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
-    kept = [b for b in range(len(blocks)) if not start <= b < start + length]
-    try:
-        with torch.no_grad(), running_only(model, adapter, kept):
-            return model(**batch, use_cache=False).logits.float()
-    finally:
-        if handle is not None:
-            handle.remove()
-
-
-def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    if got.shape != want.shape:
-        return float("inf")
-    return float((got - want).abs().max()) / (float(want.abs().max()) or 1.0)
-
-
-def _check_fold(pruned: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> float:
-    """The pruned model's logits against the hooked reference's: equal up to rounding (in 16-bit
-    weights the folded matrix is rounded once more, so only gross errors are refused)."""
-    error = _relative_error(pruned, reference)
-    tolerance = FOLD_TOLERANCE if dtype == torch.float32 else FOLD_TOLERANCE_16BIT
-    if not error <= tolerance:
-        raise RuntimeError(
-            f"the pruned model's logits differ from the hooked reference's (the original model "
-            f"with the transform applied by a hook and the blocks skipped) by {error:.2g} of "
-            f"their largest value (tolerance {tolerance}); nothing was written. Please report "
-            f"this with the model's config.json"
-        )
-    return error
-
-
-def _check_export(
-    folder: Path, pruned: torch.Tensor, batch: dict[str, torch.Tensor], dtype: torch.dtype
-) -> float:
-    """Load the written checkpoint with plain transformers (no remote code), compare its logits
-    with the pruned model's in memory, and generate a few tokens with its KV cache."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
-    model = model.to(pruned.device).eval()
-    with torch.no_grad():
-        error = _relative_error(model(**batch, use_cache=False).logits.float(), pruned)
-        if not error <= RELOAD_TOLERANCE:
-            raise RuntimeError(
-                f"the checkpoint written to {folder} does not reproduce the pruned model: loaded "
-                f"with transformers, its logits differ from the pruned model's by {error:.2g} of "
-                f"their largest value (tolerance {RELOAD_TOLERANCE}; a per-layer setting of the "
-                f"config that pruning does not follow?); nothing was written. Please report this "
-                f"with the model's config.json"
-            )
-        pad = getattr(model.generation_config, "pad_token_id", None)
-        model.generate(
-            **batch,
-            max_new_tokens=CHECK_NEW_TOKENS,
-            do_sample=False,
-            pad_token_id=pad if pad is not None else 0,
-        )
-    return error
+    variant: str,
+    maps: str | Path | None = None,
+    force: bool = False,
+) -> Path:
+    """write_pruned, for replaceme with the span's transform read from the maps file `maps`
+    (which pruning.json names); drop reads no maps."""
+    transform, source = None, None
+    if variant == "replaceme" and maps is not None:  # without: write_pruned says it needs one
+        transform = read_replaceme_map(maps, start, length)
+        source = f"{maps}: replaceme, start {start}, length {length}"
+    return write_pruned(
+        model_dir,
+        out,
+        start=start,
+        length=length,
+        variant=variant,
+        transform=transform,
+        force=force,
+        transform_source=source,
+    )
 
 
 def write_pruned(
@@ -409,7 +336,7 @@ def write_pruned(
         problem = transform_problem(transform, width) or fold_problem(model, adapter, start)
     if problem:
         raise ValueError(f"{name}: {problem}")
-    batch = _check_batch(model)
+    batch = check_batch(model)
     reference = hooked_logits(model, adapter, start, length, transform, batch)
     before = sum(p.numel() for p in model.parameters())
     found = None if transform is None else _final_linear(model, adapter, start)
@@ -420,7 +347,7 @@ def write_pruned(
     with torch.no_grad():
         pruned = model(**batch, use_cache=False).logits.float()
     check = {"tokens": int(batch["input_ids"].numel())}
-    check["fold_error_relative"] = _check_fold(pruned, reference, dtype)
+    check["fold_error_relative"] = check_fold(pruned, reference, dtype)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -428,7 +355,7 @@ def write_pruned(
         if pickles:
             raise RuntimeError(f"transformers wrote pickled files {pickles}; nothing was written")
         del model  # the written one is loaded in its place
-        check["reload_error_relative"] = _check_export(tmp, pruned, batch, dtype)
+        check["reload_error_relative"] = check_export(tmp, pruned, batch, dtype)
         description = {
             "format": FORMAT,
             "model": info.get("name"),

@@ -1,14 +1,12 @@
-"""Depth pruning with a model (torch): the calibration sums that the span maps are fitted from,
-in one streaming pass over every token of the calibration sentences, and the evaluation runs
-with a span of blocks replaced, scored at every token (jtc.pruning.fits has the maps and
-the selection rules).
+"""Depth pruning's evaluation runs (torch), what run_pruned computes: every span of every variant,
+and the blocks each selection rule chose, removed in turn from the model, every token of the
+evaluation sentences scored against the unpruned model.
 
-Both use forward hooks only. A batch runs once unmodified, which gives h_0..h_L and every
-block's feed-forward output X_l at every position; a span (i, n) then runs only blocks
-i+n+1..L, from the stand-in for h_{i+n} that its variant computes from h_i (and X_i).
-Memory: the sums hold StatisticsPlan.matrices() d × d float64 matrices on the model's device; a
-calibration batch holds (2L + 1) × its tokens × d states; the runs keep every evaluation
-sentence's (2L + 1) × tokens × d float32 states on the CPU, one map and one chunk of logits.
+Forward hooks only. A batch runs once unmodified, which gives h_0..h_L and every block's
+feed-forward output X_l at every position (jtc.pruning.sums.every_state); a span (i, n) then
+runs only blocks i+n+1..L, from the stand-in for h_{i+n} that its variant computes from h_i
+(and X_i). Memory: every evaluation sentence's (2L + 1) × tokens × d float32 states on the CPU,
+one map and one chunk of logits.
 """
 
 from __future__ import annotations
@@ -16,141 +14,32 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
 
-from jtc.data.extract import padded_batches
+from jtc.data.extract import pad_token_id, padded_batches
 from jtc.files.io import rows_table
 from jtc.logs import Progress
-from jtc.model.adapters import Adapter
+from jtc.model.adapters import Adapter, adapter_of
 from jtc.model.head import Head
-from jtc.model.hooks import hidden_input, hidden_output, substitute_input
+from jtc.model.hooks import hidden_output, substitute_input
 from jtc.model.kept_blocks import running_only
 from jtc.model.scoring import Reference, final_reference, score
-from jtc.pruning.fits import SpanGrams
-from jtc.pruning.spans import StatisticsPlan, removed_label
+from jtc.pruning.inputs import every_token
+from jtc.pruning.map_file import load_span_map
+from jtc.pruning.spans import parse_removed, removed_label, resolved_lengths, spans
+from jtc.pruning.sums import every_state
+from jtc.settings import SpanRunSettings
 from jtc.shortcuts.maps import ShortcutMap
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def _every_state(model: nn.Module, adapter: Adapter, ffn: bool) -> Iterator[dict]:
-    """Hooks that keep, for each forward pass, h_0..h_L (`"states"`, float32, at every position)
-    and, with `ffn`, each block's feed-forward output X_1..X_L (`"ffn"`, index l - 1)."""
-    blocks = adapter.blocks(model)
-    kept: dict[str, list] = {"states": [None] * (len(blocks) + 1), "ffn": [None] * len(blocks)}
-
-    def keep(kind: str, index: int, value: torch.Tensor) -> None:
-        kept[kind][index] = value.detach().float()
-
-    handles = [
-        blocks[0].register_forward_pre_hook(
-            lambda m, args, kwargs: keep("states", 0, hidden_input(args, kwargs)),
-            with_kwargs=True,
-        )
-    ]
-    for layer, block in enumerate(blocks, 1):
-        handles.append(
-            block.register_forward_hook(
-                lambda m, a, out, layer=layer: keep("states", layer, hidden_output(out))
-            )
-        )
-        if ffn:
-            _, last = adapter.part("ffn").modules(block)
-            handles.append(
-                last.register_forward_hook(
-                    lambda m, a, out, layer=layer: keep("ffn", layer - 1, hidden_output(out))
-                )
-            )
-    try:
-        yield kept
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _tokens(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The rows of the real tokens of a batch (B, T, d) -> (N, d), float64."""
-    return states[mask.bool()].double()
-
-
-@torch.inference_mode()
-def span_statistics(
-    model: nn.Module,
-    adapter: Adapter,
-    inputs: list[np.ndarray],
-    plan: StatisticsPlan,
-    batch_size: int,
-    pad_id: int,
-) -> SpanGrams:
-    """The sums of `plan` over every token of the sequences `inputs` (token ids), float64,
-    accumulated batch by batch on the model's device."""
-    blocks = adapter.blocks(model)
-    backbone = adapter.backbone(model)
-    device = next(model.parameters()).device
-    width = model.config.hidden_size
-    num_layers = len(blocks)
-
-    def zeros() -> torch.Tensor:
-        return torch.zeros((width, width), dtype=torch.float64, device=device)
-
-    squares = torch.zeros(num_layers + 1, dtype=torch.float64, device=device)
-    scalars = {key: torch.zeros(3, dtype=torch.float64, device=device) for key in plan.pairs}
-    state_grams = {i: zeros() for i in plan.state_sources}
-    state_cross = {key: zeros() for key in plan.state_pairs}
-    ffn_grams = {i: zeros() for i in plan.ffn_blocks}
-    ffn_own = {i: zeros() for i in plan.ffn_blocks}
-    ffn_cross = {key: zeros() for key in plan.ffn_pairs}
-    tokens = 0
-    progress = Progress(len(inputs), "calibrate", "sentences")
-    with _every_state(model, adapter, ffn=bool(plan.ffn_blocks)) as kept:
-        for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
-            mask = mask.to(device)
-            backbone(input_ids=ids.to(device), attention_mask=mask, use_cache=False)
-            h = [_tokens(s, mask) for s in kept["states"]]
-            tokens += len(h[0])
-            squares += torch.stack([(x * x).sum() for x in h])
-            norms = [x.norm(dim=1).clamp(min=torch.finfo(torch.float64).tiny) for x in h]
-            for (i, j), sums in scalars.items():
-                dots = (h[i] * h[j]).sum(1)
-                cos = (dots / (norms[i] * norms[j])).clamp(-1.0, 1.0)
-                sums += torch.stack([dots.sum(), cos.sum(), torch.arccos(cos).sum() / np.pi])
-            for i, gram in state_grams.items():
-                gram += h[i].T @ h[i]
-            for (i, j), cross in state_cross.items():
-                cross += h[i].T @ h[j]
-            for i in plan.ffn_blocks:
-                x = _tokens(kept["ffn"][i - 1], mask)
-                ffn_grams[i] += x.T @ x
-                ffn_own[i] += x.T @ h[i]
-                for j in (j for k, j in plan.ffn_pairs if k == i):
-                    ffn_cross[i, j] += x.T @ h[j]
-            progress.update(len(rows))
-
-    def host(values: Mapping) -> dict:
-        return {key: value.cpu().numpy() for key, value in values.items()}
-
-    sums = host(scalars)
-    return SpanGrams(
-        num_layers=num_layers,
-        tokens=tokens,
-        squares=squares.cpu().numpy(),
-        dots={key: float(v[0]) for key, v in sums.items()},
-        cosines={key: float(v[1]) for key, v in sums.items()},
-        angles={key: float(v[2]) for key, v in sums.items()},
-        state_grams=host(state_grams),
-        state_cross=host(state_cross),
-        ffn_grams=host(ffn_grams),
-        ffn_cross=host(ffn_cross),
-        ffn_own=host(ffn_own),
-    )
 
 
 @dataclass(frozen=True)
@@ -283,7 +172,7 @@ def _unmodified(
     ffn: bool,
 ) -> _Batch:
     device = next(model.parameters()).device
-    with _every_state(model, adapter, ffn) as kept:
+    with every_state(model, adapter, ffn) as kept:
         adapter.backbone(model)(
             input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False
         )
@@ -396,3 +285,59 @@ def span_scores(
                 }
             )
     return rows_table(table, RUN_COLUMNS)
+
+
+def span_runs(num_layers: int, settings: SpanRunSettings, selection: pa.Table) -> list[SpanRun]:
+    """Every span of every variant, then the blocks a selection rule chose that are not
+    consecutive (drop only), in the order of the `selection` table (selection.parquet)."""
+    lengths = resolved_lengths(settings.lengths, num_layers)
+    runs = [
+        SpanRun.span(variant, start, n)
+        for variant in settings.variants
+        for start, n in spans(num_layers, lengths, variant)
+    ]
+    return runs + [
+        SpanRun("drop", -1, row["length"], parse_removed(row["removed"]))
+        for row in selection.to_pylist()
+        if row["start"] < 0
+    ]
+
+
+def run_spans(
+    model: nn.Module,
+    tokenizer,
+    info: dict,
+    head: Head,
+    sentences: pa.Table,
+    maps: str | Path,
+    selection: pa.Table,
+    settings: SpanRunSettings,
+    *,
+    corpus: str,
+    batch_size: int,
+    max_tokens: int,
+) -> pa.Table:
+    """The span_runs on every token of the first `evaluation_sentences` validation sentences of
+    the corpus table `sentences` (span_scores), each span's map read from the maps file `maps`
+    (jtc.pruning.map_file) when its run starts."""
+
+    def span_map(run: SpanRun) -> ShortcutMap | None:
+        """The run's map (None for drop)."""
+        if run.variant == "drop":
+            return None
+        return load_span_map(maps, run.variant, run.start, run.length)
+
+    runs = span_runs(info["num_layers"], settings, selection)
+    count = settings.evaluation_sentences
+    inputs, ids = every_token(tokenizer, info, sentences, "validation", count, corpus, max_tokens)
+    return span_scores(
+        model,
+        adapter_of(info),
+        head,
+        inputs,
+        ids,
+        runs,
+        span_map,
+        batch_size,
+        pad_token_id(tokenizer),
+    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
+from jtc.settings import ExportSettings
 
 VARIANTS = ("drop", "mat", "replaceme", "rrr")
 # how a span is chosen for each length, on calibration sentences only
@@ -46,6 +47,24 @@ def chosen_start(
         if (row["length"], row["variant"], row["selection"]) == (length, variant, rule):
             return int(row["start"])
     return None
+
+
+def exported_span(
+    selection: Sequence[Mapping[str, Any]], num_layers: int, settings: ExportSettings, model: str
+) -> tuple[int, int]:
+    """(start, length) of the span the workflow exports for `model` (of `num_layers` blocks):
+    of `export_length` blocks (None: of the lengths the selection table's rows have, the one
+    closest to a quarter of the depth), the one `export_selection` chose for `export_variant`."""
+    n = settings.export_length or export_length({r["length"] for r in selection}, num_layers)
+    start = chosen_start(selection, n, settings.export_variant, settings.export_selection)
+    if start is None:
+        raise ValueError(
+            f"config key 'pruning.export_variant': no {settings.export_variant} span of {n} "
+            f"blocks was chosen by {settings.export_selection} for model '{model}'; "
+            "export_variant must be one of pruning.variants and export_length one of "
+            "pruning.lengths"
+        )
+    return start, n
 
 
 def first_start(variant: str) -> int:

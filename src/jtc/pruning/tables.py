@@ -14,7 +14,7 @@ from jtc.pruning.fits import Selected, SpanFit, SpanGrams
 from jtc.pruning.spans import removed_label
 from jtc.settings import IntervalSettings
 
-# the calibration statistics of every span (jtc.stages.pruning.calibrate_pruning)
+# the calibration statistics of every span (jtc.pruning.calibrate)
 CALIBRATION_COLUMNS = {
     "variant": pa.string(),
     "start": pa.int64(),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -367,74 +367,3 @@ def load_part_maps(path: str | Path) -> dict[tuple[int, str], ShortcutMap]:
             raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
         maps[(int(block[6:]), part)] = ShortcutMap({"weight": weight})
     return maps
-
-
-# --- span maps of depth pruning: one file per model and corpus --------------------------------
-
-SPAN_FORMAT = "jtc-span-maps-v1"
-
-
-def span_tensor_name(variant: str, start: int, length: int, part: str) -> str:
-    """The tensor of one part of a span map: `{variant}.start_{i}.length_{n}.{part}`."""
-    return f"{variant}.start_{start}.length_{length}.{part}"
-
-
-class SpanMapWriter(_MapFileWriter):
-    """Writes the span maps of depth pruning (jtc.pruning.fits): add(variant, start,
-    length, tensors by part name). For replaceme the map applies to block `start`'s
-    feed-forward output X: h_{start+length} = h_start - X + pred(X)."""
-
-    format = SPAN_FORMAT
-    convention = "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i)"
-
-    def add(self, variant: str, start: int, length: int, tensors: Mapping[str, np.ndarray]) -> None:
-        ShortcutMap(tensors)  # refuse an unknown or incomplete set of parts before writing
-        for part, value in sorted(tensors.items()):
-            self._tensors.add(span_tensor_name(variant, start, length, part), value)
-
-
-def load_span_maps(
-    path: str | Path, wanted: Callable[[str, int, int], bool]
-) -> dict[tuple[str, int, int], ShortcutMap]:
-    """{(variant, start, length): map} of a file written by SpanMapWriter: those `wanted`
-    accepts (it is asked about every tensor of the file; the others are not read)."""
-
-    def key(name: str) -> tuple[str, int, int, str]:
-        variant, start, length, part = (name.split(".", 3) + ["", "", ""])[:4]
-        if not (
-            start.startswith("start_")
-            and start[6:].isdigit()
-            and length.startswith("length_")
-            and length[7:].isdigit()
-            and part in PARTS
-        ):
-            raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
-        return variant, int(start[6:]), int(length[7:]), part
-
-    tensors, _ = read_tensor_file(path, SPAN_FORMAT, "span map", lambda n: wanted(*key(n)[:3]))
-    grouped: dict[tuple[str, int, int], dict[str, np.ndarray]] = {}
-    for name, value in tensors.items():
-        variant, start, length, part = key(name)
-        grouped.setdefault((variant, start, length), {})[part] = value
-    return {k: _to_map(path, parts, {}) for k, parts in sorted(grouped.items())}
-
-
-def load_span_map(path: str | Path, variant: str, start: int, length: int) -> ShortcutMap:
-    """One span's map from a file written by SpanMapWriter; a ValueError naming the spans the
-    file has for that variant when it has not this one."""
-    key = (variant, start, length)
-    seen: set[tuple[str | int, ...]] = set()
-
-    def wanted(*span: str | int) -> bool:  # every span of the file is asked about
-        seen.add(span)
-        return span == key
-
-    found = load_span_maps(path, wanted)
-    if key in found:
-        return found[key]
-    spans = sorted((i, n) for v, i, n in seen if v == variant)
-    have = ", ".join(f"start {i} length {n}" for i, n in spans) or "none"
-    raise ValueError(
-        f"{path} has no {variant} map for start {start}, length {length} (blocks "
-        f"{start + 1}-{start + length}); its {variant} spans: {have}"
-    )
