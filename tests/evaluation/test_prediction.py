@@ -5,7 +5,12 @@ import pyarrow as pa
 import pytest
 from tiny import SENTENCES, save_model
 
-from jtc.evaluation.prediction import bootstrap_means, metric_values, prediction_summary
+from jtc.evaluation.prediction import (
+    beside_layer_shortcuts,
+    bootstrap_means,
+    metric_values,
+    prediction_summary,
+)
 from jtc.files.io import read_table, write_table
 from jtc.model.cache import cache_model, load_cached
 from jtc.report.examples import example_layers, examples_markdown, load_tokenizer
@@ -233,3 +238,14 @@ def test_markdown_escapes_table_cells():
     )
     text = examples_markdown(table, "t", "causal")
     assert "a \\| b" in text and "| \\| (0.50) |" in text and "| id, layer 0 | y (0.25) |" in text
+
+
+def test_replaced_runs_sit_beside_the_layer_shortcuts_on_their_sentences():
+    """submodule_table's scores: each variant's rows, in the order the runs first name them,
+    then each layer shortcut's rows at the sentences the runs scored (and no others)."""
+    runs = pa.table({"method": ["b", "a", "b", "a"], "sentence_id": [3, 3, 5, 5]})
+    shortcut = pa.table({"method": ["id"] * 4, "sentence_id": [1, 3, 5, 7], "layer": [0] * 4})
+    scores = beside_layer_shortcuts(runs, {"id": shortcut, "mat": shortcut})
+    assert list(scores) == ["b", "a", "id", "mat"]
+    assert scores["b"].column("method").to_pylist() == ["b", "b"]
+    assert scores["mat"].column("sentence_id").to_pylist() == [3, 5]

@@ -11,8 +11,9 @@ import torch
 from tiny import SENTENCES, TEXTS, make_model, write_sentences
 
 from jtc.data.extract import extract, prepare_sentences, run_states
-from jtc.data.states import part_file, read_site, read_states
-from jtc.files.io import CorruptFileError
+from jtc.data.retokenise import validation_inputs
+from jtc.data.states import part_file, read_positions, read_site, read_states
+from jtc.files.io import CorruptFileError, write_table
 from jtc.model import adapters
 from jtc.model.adapters import UnsupportedArchitecture, get_adapter, part_adapter
 from jtc.model.cache import cache_model, load_cached, model_info
@@ -89,6 +90,37 @@ def inputs_of(model, tokenizer, kind, table):
     info = model_info(kind, model, tokenizer, "test")
     prepared, _ = prepare_sentences(tokenizer, info, table, 0, 20)
     return prepared.inputs, prepared.positions
+
+
+def test_validation_inputs_are_the_stored_rows_tokenised_again(tmp_path):
+    """The replaced runs' inputs: the first stored validation rows, their sentences tokenised
+    again into the token ids extraction ran, with the stored gold tokens and final states; a
+    sentence table lacking one of them, or giving other positions, is refused."""
+    model, tokenizer = make_model("gpt2", layers=2, width=16)
+    info = model_info("gpt2", model, tokenizer, "test")
+    table = sentence_table(tmp_path, 12)
+    val = run(model, tokenizer, info, table, tmp_path / "val", parts=False)
+    path = tmp_path / "sentences.parquet"
+    write_table(table, path)
+    got = validation_inputs(val, path, tokenizer, info, 5)
+    positions, _ = read_positions(val)
+    first = positions.slice(0, 5)
+    np.testing.assert_array_equal(got.sentence_ids, first.column("sentence_id").to_numpy())
+    np.testing.assert_array_equal(got.positions, first.column("position").to_numpy())
+    np.testing.assert_array_equal(got.gold_ids, first.column("gold_id").to_numpy())
+    np.testing.assert_array_equal(got.final_states, read_states(val, 2, np.float32)[1][:5])
+    adapter = get_adapter("gpt2")
+    np.testing.assert_allclose(
+        final_states(model, adapter, got.inputs, got.positions), got.final_states, atol=1e-5
+    )
+    write_table(table.slice(1), path)  # sentence 0 is missing
+    with pytest.raises(CorruptFileError, match="lacks sentences"):
+        validation_inputs(val, path, tokenizer, info, None)
+    other = table.column("text").to_pylist()
+    other[0] = "A different sentence, much longer than the one that was stored there before."
+    write_table(table.set_column(1, "text", pa.array(other)), path)
+    with pytest.raises(CorruptFileError, match="tokenised again"):
+        validation_inputs(val, path, tokenizer, info, None)
 
 
 @pytest.mark.parametrize("kind", KINDS)

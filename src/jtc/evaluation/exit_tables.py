@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,6 +123,13 @@ class ExitCost:
         """Mean multiply-adds per token of the whole model and its decode, no checks."""
         prefix = float(np.mean(np.asarray(positions, dtype=np.float64) + 1.0))
         return last * (self.block + prefix * self.attention_per_token) + self.head
+
+
+def exit_costs(info: dict, parameters: pa.Table, methods: Iterable[str]) -> dict[str, ExitCost]:
+    """The full check's ExitCost of each of `methods` (in their order) in a cached model (its
+    info.json), each map's size from the parameter table (a method it lacks, id: no map)."""
+    sizes = {r["method"]: r["parameters"] for r in parameters.to_pylist()}
+    return {method: ExitCost.of(info, sizes.get(method, 0)) for method in methods}
 
 
 def _at(result: Sweep, i: int) -> Sweep:

@@ -1,9 +1,11 @@
 """Prediction metrics from per-position scores (jtc.model.scoring.SCORE_COLUMNS): Precision@k,
 Surprisal, KL(final || shortcut) and cross-entropy to the gold token, each averaged over the
 validation positions with a paired bootstrap interval (the same resamples for every method and
-layer)."""
+layer); and the sub-module runs' scores put beside the layer shortcuts' on the same sentences."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +38,20 @@ def metric_values(
     if diverged:
         values["diverged"] = (scores.column("top1_id").to_numpy() < 0).astype(np.float64)
     return values
+
+
+def beside_layer_shortcuts(
+    runs: pa.Table, shortcuts: Mapping[str, pa.Table]
+) -> dict[str, pa.Table]:
+    """The per-position scores of the replaced runs (`runs`, one `method` per variant) by
+    variant, in the order they first appear, followed by each layer shortcut's scores
+    (`shortcuts`: method -> its decode_predictions table) at the sentences the runs scored."""
+    variants = dict.fromkeys(runs.column("method").to_pylist())
+    scores = {v: runs.filter(pc.equal(runs.column("method"), v)) for v in variants}
+    evaluated = pa.array(next(iter(scores.values())).column("sentence_id").unique())
+    for method, table in shortcuts.items():
+        scores[method] = table.filter(pc.is_in(table.column("sentence_id"), evaluated))
+    return scores
 
 
 def bootstrap_counts(n: int, resamples: int, seed: int) -> np.ndarray:

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from jtc.devices import float64_on as _on
 from jtc.shortcuts.maps import load_maps
+from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.quality import shortcut_r2
 
 if TYPE_CHECKING:
@@ -56,3 +57,10 @@ def layer_r2_table(
                 r2 = shortcut_r2(states[target], states[source], shortcut, device)
                 rows.append((model, corpus, method, source, target, r2))
     return r2_table(rows)
+
+
+def table_methods(table: pa.Table) -> list[str]:
+    """The methods of an r² table (its `method` column), in jtc.shortcuts.methods.METHODS
+    order."""
+    present = set(table.column("method").to_pylist())
+    return [method for method in METHODS if method in present]

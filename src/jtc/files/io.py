@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +210,15 @@ def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.
         ) from exc
     _verify(path, table, meta)
     return table
+
+
+def read_tables(paths: Mapping[str, str | os.PathLike]) -> dict[str, pa.Table]:
+    """read_table of every path of `paths` (name -> file), keyed and ordered as `paths` is."""
+    return {name: read_table(path) for name, path in paths.items()}
+
+
+def write_tables(tables: Mapping[str, pa.Table], paths: Mapping[str, str | os.PathLike]) -> None:
+    """write_table of every table of `tables` (name -> table) to its path in `paths`, in the
+    order of `paths`."""
+    for name, path in paths.items():
+        write_table(tables[name], path)

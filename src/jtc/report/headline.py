@@ -6,12 +6,13 @@ report's landing section stating them (reStructuredText)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from jtc import paths
-from jtc.files.io import rows_table
+from jtc.files.io import read_tables, rows_table
 from jtc.shortcuts.methods import METHODS
 
 SCHEMA = {
@@ -179,6 +180,16 @@ def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
             **pruned,
         }
         rows.append(row)
+    return rows
+
+
+def read_headline_rows(pairs: Sequence[tuple]) -> list[dict]:
+    """The headline rows of every (model, corpus, whether the model predicts[, whether depth
+    pruning ran on it]) in `pairs`, in order, each from the tables headline_sources names."""
+    rows = []
+    for model, corpus, *flags in pairs:
+        tables = Tables(**read_tables(headline_sources(model, corpus, *flags)))
+        rows += headline_rows(model, corpus, tables)
     return rows
 
 

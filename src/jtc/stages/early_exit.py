@@ -23,7 +23,7 @@ def early_exit(
     from the cached model's info.json and the parameter table. `settings`: config early_exit."""
     from jtc.data.states import read_positions
     from jtc.evaluation import exit_tables as ee
-    from jtc.files.io import read_json, read_table
+    from jtc.files.io import read_json, read_table, read_tables
     from jtc.logs import ready
     from jtc.report.pages import write_table_with_page
     from jtc.settings import EarlyExitSettings
@@ -32,14 +32,12 @@ def early_exit(
     settings = EarlyExitSettings.of(settings)
     positions, info = read_positions(val_dir)
     model_info = read_json(f"{model_dir}/info.json")
-    sizes = {r["method"]: r["parameters"] for r in read_table(parameters).to_pylist()}
-    costs = {method: ee.ExitCost.of(model_info, sizes.get(method, 0)) for method in score_files}
     sweep, saved = ee.exit_tables(
-        {method: read_table(path) for method, path in score_files.items()},
+        read_tables(score_files),
         positions,
         info["num_layers"],
         settings,
-        costs,
+        ee.exit_costs(model_info, read_table(parameters), score_files),
         model=model,
         corpus=corpus,
         seed=seed,

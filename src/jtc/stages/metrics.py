@@ -9,19 +9,17 @@ def r2_table(
 ) -> None:
     """r² of every method on every pair l < l' of the validation states (`maps`: per method
     its map file; None for id). On the GPU when the job has one."""
+    import numpy as np
     from threadpoolctl import threadpool_limits
 
-    from jtc.data.states import read_aligned, read_states
+    from jtc.data.states import LayerStates
     from jtc.devices import linalg_device
     from jtc.evaluation.r2 import layer_r2_table
-    from jtc.files.io import read_json
     from jtc.logs import ready
     from jtc.report.pages import write_table_with_page
 
     ready()
-    n_layers = read_json(f"{val_dir}/info.json")["num_layers"]
-    ids, first = read_states(val_dir, 0)
-    states = [first] + [read_aligned(val_dir, layer, ids) for layer in range(1, n_layers + 1)]
+    states = LayerStates(val_dir, np.float64)[:]  # every layer read once, all of them held
     with threadpool_limits(threads):
         table = layer_r2_table(states, maps, model=model, corpus=corpus, device=linalg_device())
     write_table_with_page(table, out)
@@ -30,16 +28,14 @@ def r2_table(
 def plot_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     """The r² heatmaps of every method in the table (source layer × target layer), side by
     side."""
+    from jtc.evaluation.r2 import table_methods
     from jtc.files.io import read_table
     from jtc.logs import ready
     from jtc.report.plots import r2_heatmaps
-    from jtc.shortcuts.methods import METHODS
 
     ready()
     r2 = read_table(table)
-    present = set(r2.column("method").to_pylist())
-    methods = [m for m in METHODS if m in present]
-    r2_heatmaps(r2, methods, f"r² of each method — {model} on {corpus}", png, pdf)
+    r2_heatmaps(r2, table_methods(r2), f"r² of each method — {model} on {corpus}", png, pdf)
 
 
 def parameter_table(

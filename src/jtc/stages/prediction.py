@@ -49,39 +49,17 @@ def decode_predictions(
     the validation split (`maps`: each method's map file, None for id), into outs[method]; with a
     `shortlist` factorisation, also the shortlist check's on `candidates` tokens
     (jtc.model.scoring.SHORTLIST_COLUMNS). The head, the final prediction and each layer's
-    states are read once for all methods."""
-    import numpy as np
-    import pyarrow as pa
-
-    from jtc.data.states import read_aligned, read_positions
+    states are read once for all methods (jtc.evaluation.layer_scores)."""
+    from jtc.evaluation.layer_scores import layer_scores
     from jtc.evaluation.shortlist import Shortlist, load_factors
-    from jtc.files.io import write_table
-    from jtc.logs import Progress, ready
+    from jtc.files.io import write_tables
+    from jtc.logs import ready
     from jtc.model.head import load_decoder_head
-    from jtc.model.scoring import final_reference, score, score_table
-    from jtc.shortcuts.maps import to_last_layer
 
     head = load_decoder_head(model_dir, model, threads)
     check = Shortlist(head, load_factors(shortlist), candidates) if shortlist else None
     ready()
-    positions, info = read_positions(val_dir)
-    last = info["num_layers"]
-    ids = positions.column("sentence_id").to_numpy()
-    gold = positions.column("gold_id").to_numpy()
-    reference = final_reference(head, read_aligned(val_dir, last, ids, np.float32), top_k)
-    tables: dict[str, list] = {method: [] for method in outs}
-    progress = Progress(last + 1, "decode", "layers")
-    for layer in range(last + 1):
-        states = read_aligned(val_dir, layer, ids, np.float32)
-        for method in outs:
-            mapped = to_last_layer(maps[method], layer, states, last)
-            scores = score(head, reference, mapped.astype(np.float32, copy=False), gold, check)
-            tables[method].append(score_table(method, layer, ids, scores))
-            hits = np.mean(scores["final_rank"] == 1)
-            log.info("%s, layer %d: precision@1 %.3f", method, layer, hits)
-        progress.update(1)
-    for method, out in outs.items():
-        write_table(pa.concat_tables(tables[method]), out)
+    write_tables(layer_scores(head, val_dir, maps, list(outs), top_k, check), outs)
 
 
 def prediction_table(
@@ -96,14 +74,14 @@ def prediction_table(
     """Precision@k, Surprisal, KL and cross-entropy by method and layer, with bootstrap
     intervals (jtc.evaluation.prediction.prediction_summary), and its CSV copy."""
     from jtc.evaluation.prediction import prediction_summary
-    from jtc.files.io import read_table
+    from jtc.files.io import read_tables
     from jtc.logs import ready
     from jtc.report.pages import write_table_with_page
     from jtc.settings import IntervalSettings
 
     ready()
     table = prediction_summary(
-        {method: read_table(path) for method, path in score_files.items()},
+        read_tables(score_files),
         model=model,
         corpus=corpus,
         settings=IntervalSettings.of(settings),

@@ -9,24 +9,13 @@ def headline_table(pairs: list[tuple], template: str, out: str, landing: str) ->
     pruning ran on it]) in `pairs` (headline_sources' arguments; a pair without the fourth is
     not pruned), and the landing page: the report's `template` (its text) followed by the
     headline section."""
-    from jtc.files.io import atomic_path, read_table
+    from jtc.files.io import atomic_path
     from jtc.logs import ready
-    from jtc.report.headline import (
-        Tables,
-        headline_rows,
-        headline_sources,
-        headline_table,
-        landing_section,
-    )
+    from jtc.report.headline import headline_table, landing_section, read_headline_rows
     from jtc.report.pages import write_table_with_page
 
     ready()
-    rows = []
-    for model, corpus, *flags in pairs:
-        files = headline_sources(model, corpus, *flags)
-        read = {name: read_table(path) for name, path in files.items()}
-        rows += headline_rows(model, corpus, Tables(**read))
-    table = headline_table(rows)
+    table = headline_table(read_headline_rows(pairs))
     write_table_with_page(table, out)
     text = template.rstrip("\n") + "\n\n"
     with atomic_path(landing) as tmp:

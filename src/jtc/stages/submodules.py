@@ -74,15 +74,12 @@ def replace_parts(
     layer in `jumps` replaced by their maps, for each variant, and scored against the
     unmodified model's prediction (jtc.shortcuts.replace.replaced_scores): one table into
     `out`, decode_predictions' columns, method = variant, layer = the jump layer. The sentences
-    are tokenised again, and must give the stored validation positions. The states below the
-    jump layers stay in float32 whatever storage_dtype says."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from jtc.data.extract import pad_token_id, prepare_sentences
-    from jtc.data.states import read_aligned, read_positions
-    from jtc.files.io import CorruptFileError, read_table, write_table
+    are tokenised again, and must give the stored validation positions
+    (jtc.data.retokenise.validation_inputs). The states below the jump layers stay in float32
+    whatever storage_dtype says."""
+    from jtc.data.extract import pad_token_id
+    from jtc.data.retokenise import validation_inputs
+    from jtc.files.io import write_table
     from jtc.logs import ready
     from jtc.model.adapters import adapter_of, part_adapter
     from jtc.model.cache import load_model
@@ -95,32 +92,16 @@ def replace_parts(
     # a model spread over GPUs (device_map) may hold its head across devices: read it whole
     head = load_decoder_head(model_dir, model, threads, None if device_map else net)
     ready()
-    validation, val_info = read_positions(val_dir)
-    chosen = validation.slice(0, count or len(validation))  # the first: the split is shuffled
-    ids = chosen.column("sentence_id").to_numpy()
-    positions = chosen.column("position").to_numpy()
-    text = read_table(sentences, ["sentence_id", "text"])
-    rows = pc.index_in(pa.array(ids), text.column("sentence_id"))
-    if rows.null_count:
-        raise CorruptFileError(f"{sentences} lacks sentences of the validation states {val_dir}")
-    prepared, _ = prepare_sentences(
-        tokenizer, info, text.take(rows), val_info["seed"], val_info["max_tokens"]
-    )
-    if not (
-        np.array_equal(prepared.sentence_ids, ids) and np.array_equal(prepared.positions, positions)
-    ):
-        raise CorruptFileError(f"{val_dir}: its positions differ from {sentences} tokenised again")
-    all_ids = validation.column("sentence_id").to_numpy()
-    final = read_aligned(val_dir, val_info["num_layers"], all_ids, np.float32)[: len(ids)]
+    chosen = validation_inputs(val_dir, sentences, tokenizer, info, count)
     table = replaced_scores(
         net,
         adapter,
         head,
-        prepared.inputs,
-        final,
-        ids,
-        positions,
-        chosen.column("gold_id").to_numpy(),
+        chosen.inputs,
+        chosen.final_states,
+        chosen.sentence_ids,
+        chosen.positions,
+        chosen.gold_ids,
         load_part_maps(maps),
         variants=variants,
         jumps=jumps,
@@ -143,27 +124,15 @@ def submodule_table(
 ) -> None:
     """Precision@k, Surprisal, ... by jump layer for every variant, beside the layer shortcuts
     (`prediction_files`: id, mat) on the same validation positions, with paired intervals."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from jtc.evaluation.prediction import prediction_summary
-    from jtc.files.io import read_table
+    from jtc.evaluation.prediction import beside_layer_shortcuts, prediction_summary
+    from jtc.files.io import read_table, read_tables
     from jtc.logs import ready
     from jtc.report.pages import write_table_with_page
     from jtc.settings import IntervalSettings
 
     ready()
-    runs = read_table(replaced)
-    scores = {
-        v: runs.filter(pc.equal(runs.column("method"), v))
-        for v in dict.fromkeys(runs.column("method").to_pylist())
-    }
-    evaluated = pa.array(next(iter(scores.values())).column("sentence_id").unique())
-    for method, path in prediction_files.items():
-        table = read_table(path)
-        scores[method] = table.filter(pc.is_in(table.column("sentence_id"), evaluated))
     summary = prediction_summary(
-        scores,
+        beside_layer_shortcuts(read_table(replaced), read_tables(prediction_files)),
         model=model,
         corpus=corpus,
         settings=IntervalSettings.of(settings),
