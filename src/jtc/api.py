@@ -26,101 +26,23 @@ import numpy as np
 import pyarrow as pa
 
 from jtc import paths
+from jtc.evaluation.lens_statistics import (
+    LENS_COLUMNS,
+    LENS_STATS,
+    TRAJECTORY_COLUMNS,
+    lens_statistic,
+)
 from jtc.files.io import atomic_dir, read_json, read_table
 from jtc.model.sources import shareable_source
 from jtc.shortcuts.maps import ShortcutMap, load_map, read_metadata
+from jtc.shortcuts.results import results_problem
 
 MAP_NAME = "maps.safetensors"  # an export's map file
 EXPORT_FORMAT = "jtc-shortcuts-v2"  # v1: one map file per source layer
-LENS_COLUMNS = {
-    "method": pa.string(),
-    "layer": pa.int32(),
-    "position": pa.int32(),
-    "input_token": pa.string(),
-    "rank": pa.int32(),
-    "token_id": pa.int64(),
-    "token": pa.string(),
-    "probability": pa.float64(),
-}
-
-
-# what the lens figure colours: per method, layer and position, of the distribution D(mapped
-# state) against the model's own D(h_L) at the same position
-LENS_STATS = {
-    "prob": "top-1 probability",
-    "entropy": "entropy (nats)",
-    "kl": "KL(final ‖ lens) (nats)",
-    "rank": "rank of the model's own top-1 token",
-}
-TRAJECTORY_COLUMNS = {
-    "method": pa.string(),
-    "layer": pa.int32(),
-    "position": pa.int32(),
-    "input_token": pa.string(),
-    "token": pa.string(),  # the top-1 token read at that layer
-    "value": pa.float64(),  # the statistic
-}
-
-
-def lens_statistic(stat: str, log_probs, final_log_probs):
-    """LENS_STATS' `stat` per row of log-probabilities (n, V) against the model's own (n, V)."""
-    if stat == "prob":
-        return log_probs.max(1).values.exp()
-    if stat == "entropy":
-        return -(log_probs.exp() * log_probs).sum(1)
-    if stat == "kl":
-        return (final_log_probs.exp() * (final_log_probs - log_probs)).sum(1).clamp(min=0)
-    own = final_log_probs.argmax(1, keepdim=True)
-    return 1 + (log_probs > log_probs.gather(1, own)).sum(1)
 
 
 class ShortcutMismatch(ValueError):
     """Shortcuts applied to a model (or states) they were not fitted for."""
-
-
-def _names(folder: Path, suffix: str | None = None) -> str:
-    """What a results folder holds: its sub-folders, or its files ending in `suffix` (without
-    it), for an error message."""
-    if not folder.is_dir():
-        return "none"
-    if suffix is None:
-        found = [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    else:
-        found = [p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")]
-    return ", ".join(sorted(found)) or "none"
-
-
-def results_problem(results: str | Path, model: str, corpus: str, method: str) -> str | None:
-    """Why a results folder has no maps of a known `method` for `model` on `corpus`, naming
-    what it has instead."""
-    from jtc.shortcuts.methods import METHODS
-
-    results = Path(results)
-    if not results.is_dir():
-        return (
-            f"no results folder {results}: run the workflow first, or give the folder it wrote "
-            f"(--results)"
-        )
-    model_dir = paths.under(results, paths.MODEL, model=model)
-    if not (model_dir / "info.json").is_file():
-        return f"no model '{model}' in {results} (models there: {_names(model_dir.parent)})"
-    if method == "id":  # the identity: no maps, any corpus
-        return None
-    path = paths.under(results, paths.MAP, model=model, corpus=corpus, method=method)
-    if not path.parent.is_dir():
-        return (
-            f"no maps of model '{model}' on corpus '{corpus}' in {results} (corpora with maps: "
-            f"{_names(path.parent.parent)})"
-        )
-    if not path.is_file():
-        fitted = ", ".join(
-            n for n in _names(path.parent, ".safetensors").split(", ") if n in METHODS
-        )
-        return (
-            f"no fitted '{method}' maps for model '{model}' on corpus '{corpus}' (fitted there: "
-            f"{fitted or 'none'}); add '{method}' to the config's methods and rerun the workflow"
-        )
-    return None
 
 
 @dataclass
