@@ -143,14 +143,18 @@ def job_rule(pid: str, proc: Path = Path("/proc"), workdir: Path | None = None) 
 class GpuSampler(threading.Thread):
     """nvidia-smi's utilisation and memory used, every `interval` seconds, in the background;
     the visible GPUs (CUDA_VISIBLE_DEVICES, when it lists indices) averaged (utilisation) and
-    summed (memory); and the GPU memory of each process, kept per rule as its largest."""
+    summed (memory); and the GPU memory of each job process of `workdir`'s workflow, kept per
+    rule as its largest (nvidia-smi lists every process on the GPU: other workflows' jobs, and
+    on a shared node other users', are not counted)."""
 
     QUERY = ["--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
     APPS = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 
-    def __init__(self, interval: float = 0.5):
+    def __init__(self, workdir: Path | None, interval: float = 0.5, proc: Path = Path("/proc")):
         super().__init__(daemon=True)
+        self.workdir = workdir
         self.interval = interval
+        self.proc = proc
         self.samples: list[tuple[float, float]] = []  # (utilisation %, memory MiB)
         self.errors = 0
         self.rule_peak_mib: dict[str, float] = {}  # rule -> most memory one of its jobs held
@@ -177,7 +181,8 @@ class GpuSampler(threading.Thread):
         return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows)
 
     def sample_processes(self) -> None:
-        """Each GPU process's memory, kept as the largest seen for the rule it runs."""
+        """Each GPU process's memory, kept as the largest seen for the rule it runs (only the
+        jobs of `workdir`'s workflow)."""
         try:
             out = subprocess.run(
                 ["nvidia-smi", *self.APPS], capture_output=True, text=True, timeout=10, check=True
@@ -188,7 +193,7 @@ class GpuSampler(threading.Thread):
             fields = [field.strip() for field in line.split(",")]
             if len(fields) != 2 or not fields[1].replace(".", "", 1).isdigit():
                 continue  # e.g. "[N/A]" where the driver does not tell
-            rule = job_rule(fields[0])
+            rule = job_rule(fields[0], self.proc, self.workdir)
             if rule is not None:
                 self.rule_peak_mib[rule] = max(self.rule_peak_mib.get(rule, 0.0), float(fields[1]))
 
@@ -639,7 +644,7 @@ def main(argv=None) -> int:
     print(f"config: {configfile}\ncommand: {' '.join(cmd)}", flush=True)
 
     peaks = [matmul_peak(args.threads or 1)] if args.matmul_peak else []
-    sampler = GpuSampler() if GpuSampler.available() else None
+    sampler = GpuSampler(workdir) if GpuSampler.available() else None
     if sampler:
         sampler.start()
     rss = RssSampler(workdir)

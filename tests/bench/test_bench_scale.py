@@ -235,3 +235,30 @@ def test_the_rss_sampler_keeps_each_rules_peak(tmp_path):
     process(11, "fit_map", 4_000_000)  # its peak grew since
     sampler.sample()
     assert sampler.rule_peak_mb == {"fit_map": pytest.approx(4_096.0)}
+
+
+def test_the_gpu_sampler_counts_only_the_jobs_of_its_own_workflow(tmp_path, monkeypatch):
+    """nvidia-smi lists every process on the GPU; a job of another workflow (another working
+    directory, here one whose name only starts like this one's) is not counted. Real processes
+    that sleep with a job's command line, under the fake nvidia-smi."""
+    import bench_scale
+
+    monkeypatch.setenv("PATH", fake_nvidia_smi(tmp_path / "fake-bin", process_mib=123)["PATH"])
+    mine, other = tmp_path / "work", tmp_path / "work2"
+    jobs = []
+    try:
+        for workdir, rule in [(mine, "extract_hidden"), (other, "replace_parts")]:
+            workdir.mkdir()
+            script = workdir / ".snakemake" / "scripts" / f"tmpab12.{rule}.py"
+            sleep = [sys.executable, "-c", "import time; time.sleep(60)", str(script)]
+            jobs.append(subprocess.Popen(sleep, cwd=workdir))
+        sampler = bench_scale.GpuSampler(mine)
+        sampler.sample_processes()
+        assert sampler.rule_peak_mib == {"extract_hidden": 123.0}
+        sampler = bench_scale.GpuSampler(other)
+        sampler.sample_processes()
+        assert sampler.rule_peak_mib == {"replace_parts": 123.0}
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()
