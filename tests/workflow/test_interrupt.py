@@ -79,7 +79,7 @@ def kill_when_started(work, stage, timeout=120.0):
         log.close()
 
 
-def assert_jobs_end(work, stage, timeout=15.0):
+def assert_jobs_end(work, stage, timeout=60.0):
     """The orphaned jobs of a killed run end by themselves, saying why in their logs."""
     deadline = time.monotonic() + timeout
     while workers_in(work):
