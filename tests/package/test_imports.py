@@ -77,8 +77,9 @@ def _runs_modules() -> list[str]:
 
 
 def _planning_imports() -> list[str]:
-    """The jtc modules the Snakefile and the rule files import (read while planning)."""
-    files = [WORKFLOW / "Snakefile", *sorted((WORKFLOW / "rules").glob("*.smk"))]
+    """The jtc modules the Snakefile and the rule files (and their input functions) import (read
+    while planning)."""
+    files = [WORKFLOW / "Snakefile", *sorted((WORKFLOW / "rules").rglob("*.smk"))]
     found = set()
     for path in files:
         found |= set(re.findall(r"^\s*from (jtc(?:\.\w+)*) import", path.read_text(), re.M))
