@@ -8,10 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from harness import (
-    ROOT,
-    python_example,
-)
+from harness import ROOT, python_example
 
 pytestmark = pytest.mark.workflow
 

@@ -1,8 +1,5 @@
 """Configs that cannot work: refused before any job runs, with the key named, and the results
-of an earlier run left as they were, byte for byte.
-
-The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
-reruns in its own copy (harness.copy_run)."""
+of an earlier run left as they were, byte for byte."""
 
 import pytest
 import yaml

@@ -4,15 +4,7 @@ config), and --config on the command line still overrides it."""
 import shutil
 
 import pytest
-from harness import (
-    ROOT,
-    copy_run,
-    planned,
-    read_config,
-    rules_run,
-    run_snakemake,
-    write_config,
-)
+from harness import ROOT, copy_run, planned, read_config, rules_run, run_snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

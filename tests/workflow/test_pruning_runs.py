@@ -1,18 +1,9 @@
 """Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model; a
-masked LM is refused while planning.
-
-The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
-reruns in its own copy (harness.copy_run)."""
+masked LM is refused while planning."""
 
 import pyarrow.parquet as pq
 import pytest
-from harness import (
-    copy_run,
-    read_config,
-    rules_run,
-    run_snakemake,
-    write_config,
-)
+from harness import copy_run, read_config, rules_run, run_snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

@@ -6,10 +6,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from harness import (
-    run_snakemake,
-    snapshot,
-)
+from harness import run_snakemake, snapshot
 
 pytestmark = pytest.mark.workflow
 

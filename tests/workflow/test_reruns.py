@@ -1,22 +1,12 @@
 """What a changed setting reruns in a copy of the finished tiny run: exactly the jobs that read
 it (the split sizes, positions, the summary, early exit and shortlist settings, the trained
-methods, the compute settings).
-
-The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
-reruns in its own copy (harness.copy_run)."""
+methods, the compute settings)."""
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from fake_gpu import fake_nvidia_smi
-from harness import (
-    copy_run,
-    planned,
-    read_config,
-    rules_run,
-    run_snakemake,
-    write_config,
-)
+from harness import copy_run, planned, read_config, rules_run, run_snakemake, write_config
 
 from jtc.shortcuts.maps import read_metadata
 

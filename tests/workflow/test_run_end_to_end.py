@@ -9,14 +9,7 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from harness import (
-    copy_run,
-    link_inputs,
-    read_config,
-    rules_run,
-    run_snakemake,
-    write_config,
-)
+from harness import copy_run, link_inputs, read_config, rules_run, run_snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

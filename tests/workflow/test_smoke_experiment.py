@@ -9,12 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from harness import (
-    ROOT,
-    python_example,
-    rules_run,
-    run_snakemake,
-)
+from harness import ROOT, python_example, rules_run, run_snakemake
 
 pytestmark = pytest.mark.workflow
 

@@ -1,17 +1,8 @@
-"""Linear shortcuts across sub-modules in a copy of the tiny run: they run, and rerun alone.
-
-The tiny run (conftest.py's tiny_run) is made once and only read: a test that changes a config
-reruns in its own copy (harness.copy_run)."""
+"""Linear shortcuts across sub-modules in a copy of the tiny run: they run, and rerun alone."""
 
 import pyarrow.parquet as pq
 import pytest
-from harness import (
-    copy_run,
-    read_config,
-    rules_run,
-    run_snakemake,
-    write_config,
-)
+from harness import copy_run, read_config, rules_run, run_snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
