@@ -401,7 +401,7 @@ class Lens:
         """The lens view: one layer × token panel per method, stacked, each cell the top-1 token
         read from that layer, coloured by `stat` (LENS_STATS) on a scale fitted to the values
         unless `scale` = (low, high) is given. Returns the table it shows (trajectories)."""
-        from jtc.report.plots import lens_heatmap
+        from jtc.report.figures.lens import lens_heatmap
 
         table = self.trajectories(text, stat)
         name = self.info.get("name", "model")

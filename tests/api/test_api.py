@@ -170,7 +170,9 @@ def test_lens_statistics_agree_with_the_model_at_the_last_layer(kind, tmp_path):
 def test_the_lens_figure_stacks_one_panel_per_method_and_bounds_its_width(tmp_path, monkeypatch):
     lens = tiny_lens("gpt2", tmp_path)
     seen = {}
-    monkeypatch.setattr("jtc.report.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    monkeypatch.setattr(
+        "jtc.report.figures.lens.save_figure", lambda fig, *paths: seen.setdefault("fig", fig)
+    )
     text = " ".join(SENTENCES[:4])  # a long text: more tokens than 0.75-inch cells allow
     table = lens.figure(text, tmp_path / "lens.png", stat="rank")
     fig = seen["fig"]

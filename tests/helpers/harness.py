@@ -218,3 +218,10 @@ def snapshot(folder) -> dict[str, tuple[int, int]]:
         for p in sorted(results.rglob("*"))
         if p.is_file()
     }
+
+
+def python_example(path, heading):
+    """The Python example of a Markdown file after its paragraph that starts with `heading`."""
+    text = path.read_text()
+    start = text.index("```python", text.index(heading)) + len("```python")
+    return text[start : text.index("```", start)]

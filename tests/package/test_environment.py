@@ -162,7 +162,7 @@ def test_src_imports_are_declared(pyproject, dists_of_module):
 
 def test_snakefile_imports_are_declared(pyproject, dists_of_module):
     workflow = ROOT / "workflow"
-    paths = [workflow / "Snakefile", *sorted((workflow / "rules").glob("*.smk"))]
+    paths = [workflow / "Snakefile", *sorted((workflow / "rules").rglob("*.smk"))]
     imports = _snakemake_imports(paths)
     problems = _undeclared(imports, _declared(pyproject, "workflow"), dists_of_module)
     assert not problems, "imported, not declared (workflow extra):\n" + "\n".join(problems)

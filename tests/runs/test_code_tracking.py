@@ -52,10 +52,23 @@ def closure(rule):
     return script_closure(SRC, SCRIPTS / f"{rule}.py")
 
 
+# each plot rule's module of jtc.report.figures
+FIGURES = {
+    "plot_r2": "r2",
+    "plot_prediction": "prediction",
+    "plot_early_exit": "early_exit",
+    "plot_part_r2": "submodules",
+    "plot_pruning": "pruning",
+}
+
+
 def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
-    for rule in ("plot_r2", "plot_prediction", "plot_early_exit", "plot_part_r2", "plot_pruning"):
+    for rule, figures in FIGURES.items():
         modules = closure(rule)
-        assert "jtc.report.plots" in modules, rule
+        assert {"jtc.report.figures.common", f"jtc.report.figures.{figures}"} <= modules, rule
+        # not the other families' figures: editing a pruning figure reruns plot_pruning alone
+        others = {f"jtc.report.figures.{f}" for f in FIGURES.values() if f != figures}
+        assert not modules & others, rule
         assert not modules & {
             "jtc.shortcuts.closed_form",
             "jtc.shortcuts.train",
@@ -75,7 +88,7 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
     }
     assert fit <= closure("fit_map")
     assert not closure("fit_map") & {
-        "jtc.report.plots",
+        "jtc.report.figures.common",
         "jtc.data.extract",
         "jtc.model.cache",
         "jtc.model.head",
@@ -100,7 +113,7 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
     # (and the closed-form fit its maps start from)
     assert "jtc.shortcuts.closed_form" in closure(
         "train_map"
-    ) and "jtc.report.plots" not in closure("train_map")
+    ) and "jtc.report.figures.common" not in closure("train_map")
     assert {"jtc.model.cache", "jtc.model.sources", "jtc.model.adapters"} <= closure(
         "resolve_model"
     )
@@ -234,14 +247,17 @@ def test_editing_a_module_reruns_exactly_the_jobs_that_run_it(tiny_run, tiny_fir
 
     assert plan() == {}  # the same code, byte for byte: nothing to do
     jobs = rules_run(tiny_first_run)
-    with (repo / "src/jtc/report/plots.py").open("a") as handle:
-        handle.write("\n# a change to a plotting function\n")
-    planned = plan()
-    assert planned == {
-        rule: n for rule, n in jobs.items() if rule.startswith("plot_") or rule == "all"
-    }
-    (repo / "src/jtc/report/plots.py").write_text((SRC / "jtc/report/plots.py").read_text())
-    assert plan() == {}
+    for figures, rerun in (("common", "plot_"), ("r2", "plot_r2")):
+        # what every figure shares reruns every plot job; one family's figures, its jobs alone
+        edited = repo / f"src/jtc/report/figures/{figures}.py"
+        with edited.open("a") as handle:
+            handle.write("\n# a change to a plotting function\n")
+        planned = plan()
+        assert planned == {
+            rule: n for rule, n in jobs.items() if rule.startswith(rerun) or rule == "all"
+        }, figures
+        edited.write_text((SRC / f"jtc/report/figures/{figures}.py").read_text())
+        assert plan() == {}
     with (repo / "src/jtc/shortcuts/closed_form.py").open("a") as handle:
         handle.write("\n# a change to the least-squares fit\n")
     planned = plan()

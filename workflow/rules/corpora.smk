@@ -1,3 +1,6 @@
+include: "inputs/corpora.smk"
+
+
 rule download_corpus:
     output:
         paths.DOWNLOAD,

@@ -1,6 +1,9 @@
 from jtc.settings import EarlyExitSettings
 
 
+include: "inputs/early_exit.smk"
+
+
 rule early_exit:
     input:
         unpack(early_exit_inputs),

@@ -2,6 +2,7 @@
 # the training states alone (mat and rrr in closed form, NJTC and N-NJTC by gradient descent)
 # in one job per (model, corpus), reading the states once; train_map trains a method through
 # the model's decoder head (the tuned lens), one job per (model, corpus, method).
+include: "inputs/fit.smk"
 
 
 if STATE_METHODS:

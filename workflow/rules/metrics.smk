@@ -1,3 +1,6 @@
+include: "inputs/metrics.smk"
+
+
 rule r2_table:
     input:
         unpack(r2_inputs),

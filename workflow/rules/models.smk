@@ -1,3 +1,6 @@
+include: "inputs/models.smk"
+
+
 checkpoint resolve_model:
     output:
         directory(paths.MODEL),

@@ -1,6 +1,9 @@
 from jtc.settings import ExampleSettings, IntervalSettings
 
 
+include: "inputs/prediction.smk"
+
+
 rule fit_shortlist:
     input:
         unpack(shortlist_inputs),

@@ -1,3 +1,6 @@
+include: "inputs/report.smk"
+
+
 rule headline_table:
     input:
         unpack(headline_inputs),

@@ -6,6 +6,9 @@
 from jtc.settings import IntervalSettings
 
 
+include: "inputs/submodules.smk"
+
+
 rule record_parts:
     input:
         model=lambda w: checked_model_dir(w.model, parts=True),

@@ -6,8 +6,8 @@ A script calls one stage function, `from jtc.stages.<family> import <rule>`. Wha
 can reach is its stage module's top-level imports, the imports inside the function (and inside
 the module's own functions it calls), and then everything those library modules import, at any
 depth, including imports inside their functions. Stage modules therefore import library modules
-inside the stage functions that use them: editing `jtc.report.plots` changes the hash of the plot
-rules only, editing `jtc.shortcuts.closed_form` that of the fits.
+inside the stage functions that use them: editing `jtc.report.figures.pruning` changes the hash
+of the pruning plot rule only, editing `jtc.shortcuts.closed_form` that of the fits.
 """
 
 from __future__ import annotations

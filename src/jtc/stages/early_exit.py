@@ -58,7 +58,7 @@ def plot_early_exit(
     the fixed exits, and the λ chosen for each target in sample and held out."""
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import early_exit_figure
+    from jtc.report.figures.early_exit import early_exit_figure
 
     ready()
     early_exit_figure(read_table(table), f"{model} on {corpus}", png, pdf, read_table(savings))

@@ -31,7 +31,7 @@ def plot_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> None:
     from jtc.evaluation.r2 import table_methods
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import r2_heatmaps
+    from jtc.report.figures.r2 import r2_heatmaps
 
     ready()
     r2 = read_table(table)

@@ -94,7 +94,7 @@ def plot_prediction(table: str, png: str, pdf: str, *, model: str, corpus: str) 
     """The prediction metrics by layer, one line per method."""
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import prediction_figure
+    from jtc.report.figures.prediction import prediction_figure
 
     ready()
     prediction_figure(read_table(table), f"{model} on {corpus}", png, pdf)

@@ -135,7 +135,7 @@ def plot_pruning(
     """Perplexity ratio by start and length per variant; and by blocks removed per rule."""
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import pruning_selection_figure, pruning_span_figure
+    from jtc.report.figures.pruning import pruning_selection_figure, pruning_span_figure
 
     ready()
     title = f"{model} on {corpus}"

@@ -48,7 +48,7 @@ def plot_part_r2(table: str, png: str, pdf: str, *, model: str, corpus: str) -> 
     """The block × part r² heatmap."""
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import part_r2_heatmap
+    from jtc.report.figures.submodules import part_r2_heatmap
 
     ready()
     part_r2_heatmap(read_table(table), f"sub-module r² — {model} on {corpus}", png, pdf)
@@ -146,7 +146,7 @@ def plot_submodules(table: str, png: str, pdf: str, *, model: str, corpus: str) 
     """The prediction metrics of the replaced runs by jump layer, beside id and mat."""
     from jtc.files.io import read_table
     from jtc.logs import ready
-    from jtc.report.plots import prediction_figure
+    from jtc.report.figures.prediction import prediction_figure
 
     ready()
     prediction_figure(

@@ -8,14 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jtc.report.plots import (
-    METRIC_LABELS,
-    early_exit_figure,
-    method_style,
-    prediction_panels,
-    pruning_selection_figure,
-    pruning_span_figure,
-)
+from jtc.report.figures.common import method_style
+from jtc.report.figures.early_exit import early_exit_figure
+from jtc.report.figures.prediction import METRIC_LABELS, prediction_panels
+from jtc.report.figures.pruning import pruning_selection_figure, pruning_span_figure
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import VARIANTS
 
@@ -78,7 +74,9 @@ def test_the_early_exit_legend_lies_below_the_curves(tmp_path, monkeypatch):
         for x in np.linspace(1, 30, 8)
     ]
     seen = {}
-    monkeypatch.setattr("jtc.report.plots._save", lambda fig, *paths: seen.setdefault("fig", fig))
+    monkeypatch.setattr(
+        "jtc.report.figures.early_exit.save_figure", lambda fig, *paths: seen.setdefault("fig", fig)
+    )
     chosen = [
         {"method": m, "selection": s, "check": "full", "check_every": 1, "mean_layers": 20.0,
          "macs_percent": 300.0, "accuracy": 0.9}
@@ -185,12 +183,12 @@ def pruning_selected(variants, lengths=(4, 8), lowest=True):
 @pytest.fixture
 def drawn(monkeypatch):
     """The figures saved (and still written to their files)."""
-    import jtc.report.plots as plots
+    import jtc.report.figures.pruning as pruning
 
     figures = []
-    save = plots._save
+    save = pruning.save_figure
     monkeypatch.setattr(
-        plots, "_save", lambda fig, *paths: (figures.append(fig), save(fig, *paths))
+        pruning, "save_figure", lambda fig, *paths: (figures.append(fig), save(fig, *paths))
     )
     return figures
 

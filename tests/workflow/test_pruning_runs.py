@@ -1,0 +1,80 @@
+"""Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model; a
+masked LM is refused while planning."""
+
+import pyarrow.parquet as pq
+import pytest
+from harness import copy_run, read_config, rules_run, run_snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+PRUNING_RUN = {"calibrate_pruning": 1, "run_pruned": 1, "pruning_tables": 1, "plot_pruning": 1}
+
+
+def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tmp_path):
+    """Every span of the tiny GPT-2 (2 blocks: length 1, starts 0 and 1), its tables, figures
+    and headline columns; enabling it, or changing its settings, reruns nothing else; and
+    `snakemake pruned` writes a checkpoint with one block that transformers loads."""
+    config = read_config(tiny_run)
+    config["pruning"] = {"models": ["gpt"], "calibration_sentences": 20, "evaluation_sentences": 6}
+    copy_run(tiny_run, tmp_path, config)
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    assert ran == {**PRUNING_RUN, "headline_table": 1, "all": 1}
+    metrics = tmp_path / "results/metrics/gpt/mini"
+    spans = pq.read_table(metrics / "pruning_spans.parquet").to_pylist()
+    # drop, mat and rrr from blocks 0 and 1, replaceme from block 1 only
+    assert sorted((r["variant"], r["start"]) for r in spans) == [
+        ("drop", 0),
+        ("drop", 1),
+        ("mat", 0),
+        ("mat", 1),
+        ("replaceme", 1),
+        ("rrr", 0),
+        ("rrr", 1),
+    ]
+    for r in spans:
+        assert r["sentences"] == 6 and r["tokens"] > 6 and r["length"] == 1
+        assert r["perplexity_ratio_low"] <= r["perplexity_ratio"] <= r["perplexity_ratio_high"]
+        assert 0 <= r["top1_agreement"] <= 1 and r["kl"] >= 0
+    selected = pq.read_table(metrics / "pruning_selected.parquet").to_pylist()
+    assert {r["selection"] for r in selected} == {
+        "angular_distance",
+        "block_influence",
+        "measured",
+        "lowest_block_influence",
+    }
+    headline = pq.read_table(tmp_path / "results/metrics/headline.parquet").to_pylist()
+    assert {r["pruning_variant"] for r in headline if r["model"] == "gpt"} - {None}
+    for name in ("pruning_spans", "pruning_selection"):
+        assert (tmp_path / f"results/figures/gpt/mini/{name}.png").stat().st_size
+
+    config["pruning"]["evaluation_sentences"] = 5  # the runs and what reads them
+    write_config(tmp_path, config)
+    ran = rules_run(run_snakemake(tmp_path, "all"))
+    evaluation = {k: v for k, v in PRUNING_RUN.items() if k != "calibrate_pruning"}
+    assert ran == {**evaluation, "headline_table": 1, "all": 1}
+    config["pruning"]["calibration_sentences"] = 24  # the calibration too
+    write_config(tmp_path, config)
+    assert rules_run(run_snakemake(tmp_path, "all")) == {
+        **PRUNING_RUN,
+        "headline_table": 1,
+        "all": 1,
+    }
+
+    run_snakemake(tmp_path, "pruned")
+    folder = tmp_path / "results/pruned/gpt/mini"
+    from transformers import AutoModelForCausalLM
+
+    pruned = AutoModelForCausalLM.from_pretrained(folder)
+    assert pruned.config.num_hidden_layers == 1
+
+
+def test_depth_pruning_of_a_masked_lm_is_refused_while_planning(tiny_run, tmp_path):
+    config = read_config(tiny_run)
+    config["pruning"] = {"models": ["bert"]}
+    copy_run(tiny_run, tmp_path, config)
+    proc = run_snakemake(tmp_path, "all", "-n", check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'pruning.models': model 'bert' is a masked LM" in output
+    assert rules_run(proc) == {}

@@ -1,0 +1,105 @@
+"""The smoke experiment (.test/config/config.yaml): every stage on the real packaged models, and
+docs/outputs.md's own-model example."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from harness import ROOT, python_example, rules_run, run_snakemake
+
+pytestmark = pytest.mark.workflow
+
+
+SMOKE = ROOT / ".test/config/config.yaml"
+EVERY_STAGE = {
+    "prepare_corpus",
+    "resolve_model",
+    "extract_hidden",
+    "fit_map",
+    "train_map",
+    "r2_table",
+    "plot_r2",
+    "parameter_table",
+    "fit_shortlist",
+    "decode_predictions",
+    "prediction_table",
+    "plot_prediction",
+    "prediction_examples",
+    "early_exit",
+    "plot_early_exit",
+    "record_parts",
+    "fit_parts",
+    "part_r2_table",
+    "plot_part_r2",
+    "replace_parts",
+    "submodule_table",
+    "plot_submodules",
+    "calibrate_pruning",
+    "run_pruned",
+    "pruning_tables",
+    "plot_pruning",
+    "all",
+}
+
+
+@pytest.mark.real_model
+def test_smoke_experiment_runs_every_stage(tmp_path):
+    smoke = yaml.safe_load(SMOKE.read_text())
+    shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    assert smoke["models"] == shipped["models"]  # the default experiment's packaged models
+    assert smoke["corpora"] == {"news": shipped["corpora"]["news"]}
+    proc = run_snakemake(tmp_path, "all", configfile=SMOKE, timeout=1800)
+    ran = rules_run(proc)
+    assert EVERY_STAGE <= set(ran), sorted(EVERY_STAGE - set(ran))
+    metrics = tmp_path / "results/metrics"
+    predicting = [m for m, spec in smoke["models"].items() if spec.get("predict", True)]
+    for model in smoke["models"]:
+        r2 = pq.read_table(metrics / f"{model}/news/r2.parquet")
+        assert r2.num_rows and np.isfinite(r2.column("r2").to_numpy()).all(), model
+        methods = set(smoke["methods"]) - ({"tuned_lens"} if model not in predicting else set())
+        assert set(r2.column("method").to_pylist()) == methods, model
+        assert pq.read_table(metrics / f"{model}/news/parameters.parquet").num_rows, model
+    for model in predicting:
+        for name in ("prediction", "early_exit"):
+            table = pq.read_table(metrics / f"{model}/news/{name}.parquet")
+            assert table.num_rows, (model, name)
+            assert set(table.column("method").to_pylist()) == set(smoke["methods"]), (model, name)
+        # both checks on real weights (the shortlist's factorisation fitted to SmolLM2's head)
+        sweep = pq.read_table(metrics / f"{model}/news/early_exit.parquet")
+        assert {"full", "shortlist"} <= set(sweep.column("check").to_pylist()), model
+        # (the layers saved by the methods that reach a target accuracy: maybe not all of them)
+        saved = pq.read_table(metrics / f"{model}/news/early_exit_savings.parquet")
+        assert set(saved.column("method").to_pylist()) <= set(smoke["methods"]), model
+        assert "## Sentence" in (metrics / f"{model}/news/examples.md").read_text()
+    for model in smoke["submodules"]["models"]:
+        for name in ("parts_r2", "submodules"):
+            assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
+    for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
+        assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure
+    # depth pruning on real weights, and the smaller checkpoint it writes
+    selected = pq.read_table(metrics / "smollm2/news/pruning_selected.parquet").to_pylist()
+    assert {r["variant"] for r in selected} == set(smoke["pruning"]["variants"])
+    assert all(r["length"] == 8 and r["perplexity_ratio"] > 1 for r in selected)
+    assert rules_run(run_snakemake(tmp_path, "pruned", configfile=SMOKE)) == {
+        "export_pruned": 1,
+        "pruned": 1,
+    }
+    written = json.loads((tmp_path / "results/pruned/smollm2/news/config.json").read_text())
+    assert written["num_hidden_layers"] == 30 - 8
+
+    # docs/outputs.md's own-model example: SmolLM2 from its source and exported maps, hooks
+    from jtc.cli import main
+
+    export = ["--results", str(tmp_path / "results"), "--model", "smollm2", "--corpus", "news"]
+    assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
+    code = python_example(ROOT / "docs" / "outputs.md", "**Without a workflow folder.**")
+    code += "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "lens.png").stat().st_size
