@@ -1,6 +1,6 @@
 """Training time of the trained shortcut methods per layer pair (NJTC, N-NJTC, tuned lens), with
-the default settings of jtc/shortcuts/methods.py, and the time of rrr (their closed-form
-counterpart).
+the default settings (the config schema's, through jtc.settings), and the time of rrr (their
+closed-form counterpart).
 
 Per pair it prints the seconds, the epochs run until early stopping and the best epoch (0: the
 start was never beaten), the held-out loss at the start and at its best, and for NJTC and N-NJTC
