@@ -202,9 +202,10 @@ def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     from jtc.runs.config import validate_config
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
-    pruning = {"lengths": [2], "variants": ["drop"], "calibration_sentences": 7}
-    config = validate_config({**CONFIG, "pruning": {**pruning, "evaluation_sentences": 5}})
+    pruning = {"lengths": [2], "variants": ["drop", "mat"], "export_variant": "drop"}
+    sentences = {"calibration_sentences": 7, "evaluation_sentences": 5}
+    config = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
     calibration = stage_shape("calibrate_pruning", config, "m", "train")
     assert calibration.rows == 7 and calibration.matrices > 0
     runs = stage_shape("run_pruned", config, "m", "validation")
-    assert (runs.rows, runs.runs) == (5, Shape().layers - 2 + 1 + 1)
+    assert (runs.rows, runs.runs) == (5, 2 * (Shape().layers - 2 + 1) + 1)
