@@ -287,9 +287,13 @@ def schema_problem(errors: list[jsonschema.exceptions.ValidationError]) -> str:
 def rank_problem(model: str, width: int, config: dict[str, Any]) -> str | None:
     """A low-rank method's rank larger than a model's width (hidden size); only the configured
     methods count, and rank null (or 0) means the default, floor(d / 100)."""
-    for method in config["methods"]:
-        if not issubclass(METHODS[method].settings or object, RankSettings):
-            continue
+    ranked = [
+        m
+        for m, spec in METHODS.items()
+        if m in config["methods"] and issubclass(spec.settings or object, RankSettings)
+    ]
+    # the trained ones first, then rrr (whose rank, unset, is njtc's)
+    for method in sorted(ranked, key=lambda m: not METHODS[m].trained):
         rank = RankSettings.from_config(config, method).rank
         if rank and rank > width:
             return (
