@@ -45,11 +45,12 @@ from jtc.files.io import read_json, read_table  # noqa: E402
 from jtc.model.cache import load_cached  # noqa: E402
 from jtc.model.head import load_decoder_head  # noqa: E402
 from jtc.model.scoring import final_reference, score  # noqa: E402
+from jtc.settings import TrainSettings  # noqa: E402
 from jtc.shortcuts.closed_form import fit_source  # noqa: E402
 from jtc.shortcuts.lens import lens_reference, train_tuned_lens  # noqa: E402
 from jtc.shortcuts.maps import MapWriter, read_metadata  # noqa: E402
 from jtc.shortcuts.quality import r2_score  # noqa: E402
-from jtc.shortcuts.train import TrainSettings, pair_seed  # noqa: E402
+from jtc.shortcuts.train import pair_seed  # noqa: E402
 
 
 def count_of(text: str) -> int | str:
@@ -117,7 +118,7 @@ def main() -> None:
     model, tokenizer, info = load_cached(model_dir)
     head = load_decoder_head(str(model_dir), args.model, args.threads, model)
     lens_meta = read_metadata(run / paths.MAP.format(method="tuned_lens", **where))
-    lens_settings = TrainSettings.from_config(lens_meta["settings"])  # type: ignore[arg-type]
+    lens_settings = TrainSettings.of(lens_meta["settings"])  # type: ignore[arg-type]
     if args.lens_epochs:
         lens_settings = dataclasses.replace(lens_settings, max_epochs=args.lens_epochs)
     seed = int(lens_meta["seed"])  # type: ignore[call-overload]

@@ -1,6 +1,6 @@
 """Training time of the trained shortcut methods per layer pair (NJTC, N-NJTC, tuned lens), with
-the default settings of jtc/shortcuts/methods.py, and the time of rrr (their closed-form
-counterpart).
+the default settings (the config schema's, through jtc.settings), and the time of rrr (their
+closed-form counterpart).
 
 Per pair it prints the seconds, the epochs run until early stopping and the best epoch (0: the
 start was never beaten), the held-out loss at the start and at its best, and for NJTC and N-NJTC
@@ -39,24 +39,27 @@ from common import peak_matmul_gflops  # noqa: E402
 
 from jtc.devices import job_device  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
+from jtc.settings import TrainSettings  # noqa: E402
 from jtc.shortcuts.closed_form import fit_source_reduced_rank  # noqa: E402
 from jtc.shortcuts.lens import train_tuned_lens  # noqa: E402
 from jtc.shortcuts.maps import ShortcutMap  # noqa: E402
 from jtc.shortcuts.methods import METHODS, default_rank  # noqa: E402
-from jtc.shortcuts.train import TrainSettings, train_low_rank  # noqa: E402
+from jtc.shortcuts.train import train_low_rank  # noqa: E402
 
 TRAINED = ("njtc", "nnjtc", "tuned_lens")
 
 
 def settings_of(method: str, args) -> TrainSettings:
-    """The method's default settings, with --set overrides and --cold."""
-    block = dict(METHODS[method].defaults)
+    """The method's default settings (its settings object's, from the schema), with --set
+    overrides and --cold."""
+    kind = METHODS[method].settings
+    block = dataclasses.asdict(kind.defaults(method))
     for item in args.set:
         key, _, value = item.partition("=")
         name, _, field = key.partition(".")
         if name == method:
             block[field] = type(block[field])(value) if block.get(field) is not None else value
-    return dataclasses.replace(TrainSettings.from_config(block), warm_start=not args.cold)
+    return dataclasses.replace(kind.of(block), warm_start=not args.cold)
 
 
 def mse(parts: dict, x: np.ndarray, y: np.ndarray) -> float:

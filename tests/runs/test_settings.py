@@ -6,10 +6,25 @@ import dataclasses
 import pytest
 from test_config import BASE
 
+import jtc.settings
 from jtc.runs.config import load_schema, validate_config
-from jtc.settings import EarlyExitSettings, ExampleSettings, IntervalSettings, Settings
-from jtc.shortcuts.methods import METHODS
-from jtc.shortcuts.train import TrainSettings
+from jtc.settings import (
+    EarlyExitSettings,
+    ExampleSettings,
+    IntervalSettings,
+    LowRankSettings,
+    RankSettings,
+    Settings,
+    TrainSettings,
+    resolved,
+)
+from jtc.shortcuts.methods import METHODS, settings_of, settings_param
+
+# keys of a block that a Settings object reads that no object reads, and why
+READ_ELSEWHERE = {
+    ("pruning", "models"): "planning: which models get pruning jobs (jtc.runs.planning)",
+    ("pruning", "corpora"): "planning: which corpora get pruning jobs (jtc.runs.planning)",
+}
 
 
 def block_keys(block: str) -> set[str]:
@@ -62,18 +77,88 @@ def test_the_lambda_grid_is_the_default_one_when_lambdas_is_empty():
     assert EarlyExitSettings.defaults(lambdas=[0.5, 2.0]).lambda_grid() == (0.5, 2.0)
 
 
-@pytest.mark.parametrize("method", [m for m, spec in METHODS.items() if spec.trained])
-def test_train_settings_defaults_are_the_methods(method):
-    settings = TrainSettings.for_method(method)
-    for field in dataclasses.fields(TrainSettings):
-        assert getattr(settings, field.name) == METHODS[method].defaults[field.name]
+def settings_classes() -> list[type[Settings]]:
+    """Every settings object (jtc.settings defines them all)."""
+    return [
+        c
+        for c in vars(jtc.settings).values()
+        if isinstance(c, type) and issubclass(c, Settings) and c is not Settings
+    ]
+
+
+def blocks_read() -> dict[tuple[str, str | None], list[type[Settings]]]:
+    """Each config block a settings object reads ((training, method) for the training block's
+    per-method blocks: the object of METHODS[method]), with the objects that read it."""
+    read: dict[tuple[str, str | None], list[type[Settings]]] = {}
+    for cls in settings_classes():
+        if cls.BLOCK == "training":
+            parts = [(cls.BLOCK, m) for m, spec in METHODS.items() if spec.settings is cls]
+            assert parts, f"{cls.__name__}: the object of no method"
+        else:
+            parts = [(cls.BLOCK, None)]
+        for part in parts:
+            read.setdefault(part, []).append(cls)
+    return read
+
+
+def schema_keys(block: str, method: str | None) -> dict[str, dict]:
+    """A block's keys (of training.<method>, for training) with their specs, $ref followed."""
+    schema = load_schema()
+    node = resolved(schema["properties"][block], schema)
+    if method is not None:
+        node = resolved(node["properties"][method], schema)
+    return {key: resolved(spec, schema) for key, spec in node["properties"].items()}
+
+
+def test_every_field_of_every_settings_object_is_a_schema_key_with_a_default():
+    """So a new key is added in the schema (with its default) and the object, nowhere else."""
+    for (block, method), classes in blocks_read().items():
+        keys = schema_keys(block, method)
+        for cls in classes:
+            for field in cls.keys():
+                where = f"{cls.__name__}.{field} (config {block}.{method or ''})"
+                assert field in keys, where
+                assert "default" in keys[field], where
+
+
+def test_every_key_of_a_block_read_by_settings_objects_is_read_by_one():
+    schema = load_schema()
+    training = resolved(schema["properties"]["training"], schema)["properties"]
+    read = blocks_read()
+    assert {m for block, m in read if block == "training"} == set(training)
+    for (block, method), classes in read.items():
+        used = {key for cls in classes for key in cls.keys()}
+        for key in schema_keys(block, method):
+            assert key in used or (block, key) in READ_ELSEWHERE, f"{block}.{method or ''}{key}"
+
+
+@pytest.mark.parametrize("method", [m for m, spec in METHODS.items() if spec.settings])
+def test_training_defaults_are_the_checked_configs(method):
+    cls = METHODS[method].settings
     checked = validate_config(BASE)
-    assert TrainSettings.from_config(checked["training"][method]) == settings
-    assert TrainSettings.for_method(method, patience=9).patience == 9
+    assert cls.defaults(method) == cls.from_config(checked, method)
+    assert settings_of(method, settings_param(checked, method)) == cls.defaults(method)
+    assert settings_of("mat", settings_param(checked, "mat")) is None
+
+
+def test_the_low_rank_and_lens_defaults_differ_where_the_schema_says():
+    njtc, lens = LowRankSettings.defaults("njtc"), TrainSettings.defaults("tuned_lens")
+    assert (njtc.learning_rate, njtc.max_epochs, njtc.patience) == (3e-4, 100, 3)
+    assert (lens.learning_rate, lens.max_epochs, lens.patience) == (3e-5, 2, 1)
+    assert isinstance(njtc, TrainSettings) and isinstance(njtc, RankSettings)
+    # a map file's metadata lists them in this order
+    assert LowRankSettings.keys()[:3] == ("rank", "targets", "optimizer")
+
+
+def test_rrr_takes_njtcs_rank_and_targets_unless_it_sets_its_own():
+    njtc = {"rank": 4, "targets": "last"}
+    checked = validate_config({**BASE, "training": {"njtc": njtc}})
+    assert RankSettings.from_config(checked, "rrr") == RankSettings(4, "last")
+    own = {"njtc": njtc, "rrr": {"rank": None, "targets": "all"}}
+    checked = validate_config({**BASE, "training": own})
+    assert RankSettings.from_config(checked, "rrr") == RankSettings(4, "all")
 
 
 def test_a_training_block_with_keys_missing_is_refused_by_name():
-    with pytest.raises(
-        ValueError, match=r"without \['optimizer', 'learning_rate'.*TrainSettings.for_method"
-    ):
-        TrainSettings.from_config({"max_epochs": 1, "batch_size": 8})
+    with pytest.raises(ValueError, match=r"missing keys \['holdout_fraction', 'learning_rate'"):
+        TrainSettings.of({"max_epochs": 1, "batch_size": 8})

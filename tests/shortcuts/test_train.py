@@ -10,17 +10,18 @@ from tiny import make_model
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
 from jtc.model.scoring import final_reference
+from jtc.settings import LowRankSettings
 from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
 from jtc.shortcuts.lens import AffineTranslator, lens_loss, train_tuned_lens
 from jtc.shortcuts.maps import DEFAULT_NORM_EPS, ShortcutMap, load_map, save_maps
 from jtc.shortcuts.methods import default_rank, fitted_targets
-from jtc.shortcuts.train import LowRankMap, TrainSettings, pair_seed, train_low_rank
+from jtc.shortcuts.train import LowRankMap, pair_seed, train_low_rank
 
 
-def trained_with(**changes) -> TrainSettings:
+def trained_with(**changes) -> LowRankSettings:
     """NJTC's settings with `changes`, at the learning rate and patience these tests were
     written for where they do not set them."""
-    return TrainSettings.for_method("njtc", **{"learning_rate": 1e-3, "patience": 10, **changes})
+    return LowRankSettings.defaults("njtc", **{"learning_rate": 1e-3, "patience": 10, **changes})
 
 
 def linear_problem(n=300, d=8, seed=0, noise=0.3):

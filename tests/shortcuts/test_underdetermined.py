@@ -2,6 +2,7 @@
 the job's log, marked in the parameter and part r² tables and stated on the report's landing page;
 fits on enough rows are not."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -15,8 +16,8 @@ from test_headline import parameters, r2_table
 from jtc.data.states import StateWriter, layer_file, part_file
 from jtc.files.io import write_json
 from jtc.report.headline import Tables, headline_rows, headline_table, landing_section
+from jtc.settings import LowRankSettings, TrainSettings
 from jtc.shortcuts.maps import read_metadata
-from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.underdetermined import TRAINING_ROWS, underdetermined
 from jtc.stages.fit import fit_map
 from jtc.stages.metrics import parameter_table
@@ -26,13 +27,9 @@ LAYERS = 2  # states of layers 0..2
 SETTINGS = {
     "mat": {},
     "rrr": {"rank": 2, "targets": "all"},
-    "njtc": {
-        **METHODS["njtc"].defaults,
-        "rank": 2,
-        "targets": "last",
-        "max_epochs": 1,
-        "batch_size": 8,
-    },
+    "njtc": dataclasses.asdict(
+        LowRankSettings.defaults("njtc", rank=2, targets="last", max_epochs=1, batch_size=8)
+    ),
 }
 
 
@@ -255,7 +252,7 @@ def test_the_tuned_lens_job_records_and_warns_too(tmp_path, caplog):
     )
     caplog.set_level(logging.INFO)
     out = tmp_path / "tuned_lens.safetensors"
-    settings = {**METHODS["tuned_lens"].defaults, "max_epochs": 1, "batch_size": 4}
+    settings = dataclasses.asdict(TrainSettings.defaults("tuned_lens", max_epochs=1, batch_size=4))
     train_map(
         str(tmp_path / "train"),
         str(out),
@@ -281,7 +278,7 @@ def test_a_map_trained_on_the_pooled_layers_counts_every_layers_rows(tmp_path, c
     caplog.set_level(logging.INFO)
     train = states_dir(tmp_path / "train", 20, 32)
     settings = {
-        m: {**METHODS[m].defaults, "rank": 2, "max_epochs": 1, "batch_size": 8}
+        m: dataclasses.asdict(LowRankSettings.defaults(m, rank=2, max_epochs=1, batch_size=8))
         for m in ("one_jump", "one_jump_selected")
     }
     maps = {m: str(tmp_path / f"{m}.safetensors") for m in settings}

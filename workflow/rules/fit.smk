@@ -1,7 +1,12 @@
 # The shortcut maps, one file per (model, corpus, method). fit_map fits every method that needs
 # the training states alone (mat and rrr in closed form, NJTC and N-NJTC by gradient descent)
 # in one job per (model, corpus), reading the states once; train_map trains a method through
-# the model's decoder head (the tuned lens), one job per (model, corpus, method).
+# the model's decoder head (the tuned lens), one job per (model, corpus, method). Each method's
+# config block training.<method> is one param, read through its settings object (jtc.settings).
+from jtc.settings import TrainSettings
+from jtc.shortcuts.methods import settings_param
+
+
 include: "inputs/fit.smk"
 
 
@@ -25,7 +30,7 @@ if STATE_METHODS:
             runtime=runtime("fit_map"),
             gpu_memory_percent=gpu_share("fit_map"),
         params:
-            settings={m: config["training"].get(m, {}) for m in STATE_METHODS},
+            settings={m: settings_param(config, m) for m in STATE_METHODS},
             seed=config["seed"],
             code=code_hash("fit_map"),
         script:
@@ -51,7 +56,7 @@ rule train_map:
         runtime=runtime("train_map"),
         gpu_memory_percent=gpu_share("train_map"),
     params:
-        settings=lambda w: config["training"][w.method],
+        settings=lambda w: TrainSettings.param(config, w.method),
         seed=config["seed"],
         code=code_hash("train_map"),
     script:

@@ -22,7 +22,7 @@ def _epochs(wildcards):
     """Epochs of a train_map job's method, or those of every trained method of a fit_map job;
     at least 1."""
     method = getattr(wildcards, "method", None)
-    return trained_epochs(config["training"], [method] if method else STATE_METHODS)
+    return trained_epochs(config, [method] if method else STATE_METHODS)
 
 
 def mem_mb(stage, split="train"):

@@ -11,9 +11,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from jtc.shortcuts.methods import METHODS, training_settings
-
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+from jtc.settings import SCHEMA, RankSettings, resolved
+from jtc.shortcuts.methods import METHODS
 
 
 class ConfigError(ValueError):
@@ -21,7 +20,7 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return yaml.safe_load(SCHEMA.read_text())
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -188,17 +187,28 @@ def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
-    for name, prop in schema.get("properties", {}).items():
+def _fill_defaults(config: dict[str, Any], node: dict[str, Any], schema: dict[str, Any]) -> None:
+    for name, spec in node.get("properties", {}).items():
+        prop = resolved(spec, schema)
         if "default" in prop and name not in config:
             config[name] = copy.deepcopy(prop["default"])
         if prop.get("type") == "object" and isinstance(config.get(name), dict):
-            _fill_defaults(config[name], prop)
+            _fill_defaults(config[name], prop, schema)
     models = config.get("models")
     if isinstance(models, dict):
         for entry in models.values():
             if isinstance(entry, dict):
-                _fill_defaults(entry, schema["$defs"]["model"])
+                _fill_defaults(entry, schema["$defs"]["model"], schema)
+
+
+def _rrr_as_njtc(checked: dict[str, Any], given: dict[str, Any]) -> None:
+    """rrr's rank and targets, unset (or rank null), are njtc's: rrr is then the optimum of the
+    objective NJTC trains on (the schema's defaults of the two are the same)."""
+    rrr = given.get("training", {}).get("rrr", {})
+    training = checked["training"]
+    for key in RankSettings.keys():
+        if rrr.get(key) is None:
+            training["rrr"][key] = training["njtc"][key]
 
 
 def non_finite_problem(value: Any, path: tuple = ()) -> str | None:
@@ -277,10 +287,14 @@ def schema_problem(errors: list[jsonschema.exceptions.ValidationError]) -> str:
 def rank_problem(model: str, width: int, config: dict[str, Any]) -> str | None:
     """A low-rank method's rank larger than a model's width (hidden size); only the configured
     methods count, and rank null (or 0) means the default, floor(d / 100)."""
-    for method in ("njtc", "nnjtc", "one_jump", "one_jump_selected", "rrr"):
-        if method not in config["methods"]:
-            continue
-        rank = config["training"][method].get("rank")
+    ranked = [
+        m
+        for m, spec in METHODS.items()
+        if m in config["methods"] and issubclass(spec.settings or object, RankSettings)
+    ]
+    # the trained ones first, then rrr (whose rank, unset, is njtc's)
+    for method in sorted(ranked, key=lambda m: not METHODS[m].trained):
+        rank = RankSettings.from_config(config, method).rank
         if rank and rank > width:
             return (
                 f"config key 'training.{method}.rank': {rank} is more than the width "
@@ -302,10 +316,8 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise ConfigError(schema_problem(errors))
     checked = copy.deepcopy(config)
-    _fill_defaults(checked, schema)
-    checked["training"] = {
-        name: training_settings(checked, name) for name, m in METHODS.items() if m.defaults
-    }
+    _fill_defaults(checked, schema, schema)
+    _rrr_as_njtc(checked, config)
     problem = (
         submodule_problem(checked)
         or pruning_config_problem(checked)

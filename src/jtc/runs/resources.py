@@ -22,6 +22,8 @@ from jtc import paths
 from jtc.data.states import KEEP_BYTES
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.runs.config import split_positions
+from jtc.settings import CalibrationSettings, SpanRunSettings, TrainSettings
+from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
@@ -130,7 +132,7 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
         shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
     shape = dataclasses.replace(shape, positions=positions)
     if stage in ("calibrate_pruning", "run_pruned"):
-        return _pruning_shape(stage, config["pruning"], shape)
+        return _pruning_shape(stage, config, shape)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -144,18 +146,21 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
     )
 
 
-def _pruning_shape(stage: str, pruning: dict[str, Any], shape: Shape) -> Shape:
-    """A depth-pruning job's sentences (every token of each), sums and runs."""
-    lengths = resolved_lengths(pruning["lengths"], shape.layers)
-    variants = pruning["variants"]
+def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
+    """A depth-pruning job's sentences (every token of each), sums and runs, from the settings
+    objects its stage reads (config pruning)."""
     if stage == "calibrate_pruning":
-        plan = StatisticsPlan.of(shape.layers, lengths, variants)
+        calibration = CalibrationSettings.from_config(config)
+        lengths = resolved_lengths(calibration.lengths, shape.layers)
+        plan = StatisticsPlan.of(shape.layers, lengths, calibration.variants)
         return dataclasses.replace(
-            shape, rows=pruning["calibration_sentences"], matrices=plan.matrices()
+            shape, rows=calibration.calibration_sentences, matrices=plan.matrices()
         )
+    span_runs = SpanRunSettings.from_config(config)
+    lengths = resolved_lengths(span_runs.lengths, shape.layers)
     # every span of every variant, and the non-consecutive set of each length
-    runs = sum(len(spans(shape.layers, lengths, v)) for v in variants) + len(lengths)
-    return dataclasses.replace(shape, rows=pruning["evaluation_sentences"], runs=runs)
+    runs = sum(len(spans(shape.layers, lengths, v)) for v in span_runs.variants) + len(lengths)
+    return dataclasses.replace(shape, rows=span_runs.evaluation_sentences, runs=runs)
 
 
 def rows_per_sentence(config: dict[str, Any], split: str) -> int:
@@ -165,10 +170,13 @@ def rows_per_sentence(config: dict[str, Any], split: str) -> int:
     return min(tokens, SENTENCE_TOKENS) if count == "all" else min(int(count), tokens)
 
 
-def trained_epochs(training: dict[str, Any], methods: Iterable[str]) -> int:
-    """The epochs of these trained methods added up (config `training`, where a method's
-    max_epochs is always filled in), at least 1."""
-    return max(1, sum(training.get(m, {}).get("max_epochs", 0) for m in methods))
+def trained_epochs(config: dict[str, Any], methods: Iterable[str]) -> int:
+    """The epochs of the trained ones of these methods added up (max_epochs of each one's
+    settings object, config training.<method>), at least 1."""
+    epochs = [
+        TrainSettings.from_config(config, m).max_epochs for m in methods if METHODS[m].trained
+    ]
+    return max(1, sum(epochs))
 
 
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:

@@ -10,6 +10,7 @@ decoder head, is jtc.shortcuts.lens (it shares `map_metadata` and `train_pairs`)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from jtc.shortcuts.train import TrainResult, TrainSettings
+    from jtc.settings import LowRankSettings, RankSettings, Settings
+    from jtc.shortcuts.train import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +59,15 @@ def fit_method(
     states: Sequence[np.ndarray],
     out: str | Path,
     *,
-    settings: dict,
+    settings: Settings | None,
     seed: int,
     threads: int,
     model: str,
     corpus: str,
     groups: np.ndarray | None = None,
 ) -> None:
-    """Fit `method`'s maps (config training.<method>: `settings`) from the training states
+    """Fit `method`'s maps (config training.<method>: `settings`, its object of
+    jtc.shortcuts.methods.METHODS; None for mat) from the training states
     h_0..h_L of every layer (`states`, rows aligned: a list, or jtc.data.states.LayerStates)
     and write them to the map file `out`: mat and rrr in closed form, the others trained by
     gradient descent from `seed` (each layer pair from its own, jtc.shortcuts.train.pair_seed;
@@ -84,7 +87,7 @@ def _closed_form(
     states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
-    settings: dict,
+    settings: RankSettings | None,
     threads: int,
 ) -> None:
     """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
@@ -99,11 +102,12 @@ def _closed_form(
     last = len(states) - 1
     device = linalg_device()
     solvers = {}
-    if method == "rrr":
-        meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings["targets"])
+    targets_setting = "all" if settings is None else settings.targets  # mat: every pair
+    if settings is not None:  # rrr
+        meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings.targets)
     with MapWriter(out, meta) as maps, threadpool_limits(threads):
         for source in range(last):
-            targets = fitted_targets(method, settings.get("targets", "all"), source, last)
+            targets = fitted_targets(method, targets_setting, source, last)
             pairs = ((t, states[t]) for t in targets)
             if method == "rrr":
                 fitted, solver = fit_source_reduced_rank(
@@ -121,7 +125,7 @@ def _trained(
     states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
-    settings: dict,
+    settings: LowRankSettings,
     seed: int,
     threads: int,
     groups: np.ndarray | None,
@@ -131,16 +135,15 @@ def _trained(
     import torch
 
     from jtc.shortcuts.methods import METHODS, rank_of
-    from jtc.shortcuts.train import TrainSettings, train_low_rank
+    from jtc.shortcuts.train import train_low_rank
 
     torch.set_num_threads(threads)
-    training = TrainSettings.from_config(settings)
-    meta.update(seed=seed, settings=settings)
+    meta.update(seed=seed, settings=dataclasses.asdict(settings))
     if METHODS[method].one_map == "pooled":
-        _pooled(method, states, out, meta, settings, training, seed, groups)
+        _pooled(method, states, out, meta, settings, seed, groups)
         return
     if METHODS[method].one_map == "selected":
-        _selected(method, states, out, meta, settings, training, seed, groups)
+        _selected(method, states, out, meta, settings, seed, groups)
         return
 
     def train(source: int, target: int, pair: int) -> TrainResult:
@@ -149,12 +152,12 @@ def _trained(
             states[target],
             rank=rank_of(settings, states[source].shape[1]),
             normalise=method == "nnjtc",
-            settings=training,
+            settings=settings,
             seed=pair,
             groups=groups,
         )
 
-    train_pairs(method, len(states) - 1, out, meta, settings.get("targets", "last"), seed, train)
+    train_pairs(method, len(states) - 1, out, meta, settings.targets, seed, train)
 
 
 def train_pairs(
@@ -204,8 +207,7 @@ def _pooled(
     states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
-    settings: dict,
-    training: TrainSettings,
+    settings: LowRankSettings,
     seed: int,
     groups: np.ndarray | None,
 ) -> None:
@@ -223,7 +225,7 @@ def _pooled(
         targets,
         rank=rank_of(settings, sources.shape[1]),
         normalise=True,
-        settings=training,
+        settings=settings,
         seed=pair_seed(seed, method, 0, last),
         groups=None if groups is None else np.tile(groups, last),
     )
@@ -239,8 +241,7 @@ def _selected(
     states: Sequence[np.ndarray],
     out: str | Path,
     meta: dict,
-    settings: dict,
-    training: TrainSettings,
+    settings: LowRankSettings,
     seed: int,
     groups: np.ndarray | None,
 ) -> None:
@@ -262,7 +263,7 @@ def _selected(
             states[last],
             rank=rank_of(settings, states[source].shape[1]),
             normalise=True,
-            settings=training,
+            settings=settings,
             seed=pair_seed(seed, "nnjtc", source, last),
             groups=groups,
         )

@@ -5,14 +5,14 @@ layer pair).
 
 It starts from the least-squares affine map of the last layer's states on the source states
 (h_L ≈ h A + c: I + W = A^T, b = c), the "mat with an intercept" that KL then tunes, or with
-TrainSettings.warm_start false from the identity (W = 0, b = 0, the logit lens).
+jtc.settings.TrainSettings.warm_start false from the identity (W = 0, b = 0, the logit lens).
 `fit_tuned_lens` is the one call that fits it from every source layer into a map file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,10 @@ from torch import nn
 
 from jtc.model.head import Head
 from jtc.model.scoring import Reference, final_reference
+from jtc.settings import TrainSettings
 from jtc.shortcuts.closed_form import least_squares_affine
 from jtc.shortcuts.fit import map_metadata, train_pairs
-from jtc.shortcuts.train import TrainResult, TrainSettings, as_tensor, train_module
+from jtc.shortcuts.train import TrainResult, as_tensor, train_module
 
 
 class AffineTranslator(nn.Module):
@@ -71,7 +72,10 @@ def lens_reference(head: Head, final_states: np.ndarray) -> Reference:
     reference = final_reference(head, final_states, 1)
     # inference-mode tensors cannot take part in autograd: plain copies, on the head's device
     return Reference(
-        **{f.name: getattr(reference, f.name).to(head.device).clone() for f in fields(Reference)}
+        **{
+            f.name: getattr(reference, f.name).to(head.device).clone()
+            for f in dataclasses.fields(Reference)
+        }
     )
 
 
@@ -116,7 +120,7 @@ def fit_tuned_lens(
     out: str | Path,
     head: Head,
     *,
-    settings: dict,
+    settings: TrainSettings,
     seed: int,
     threads: int,
     model: str,
@@ -124,16 +128,15 @@ def fit_tuned_lens(
     groups: np.ndarray | None = None,
 ) -> None:
     """Train `method` (the tuned lens; config training.<method>: `settings`) from the training
-    states h_0..h_L of every layer (`states`, rows aligned) through `head`, into the layers its
-    settings ask for (the last), each pair from its own seed, and write the maps to `out` (as
+    states h_0..h_L of every layer (`states`, rows aligned) through `head`, into the last layer,
+    each pair from its own seed, and write the maps to `out` (as
     jtc.shortcuts.fit.fit_method does, `groups` likewise); on the head's device. The final
     prediction is decoded once for every source layer."""
     meta = map_metadata(states, model, corpus, method, groups)
     torch.set_num_threads(threads)
-    training = TrainSettings.from_config(settings)
     last = len(states) - 1
     reference = lens_reference(head, states[last])
-    meta.update(seed=seed, settings=settings)
+    meta.update(seed=seed, settings=dataclasses.asdict(settings))
 
     def train(source: int, target: int, pair: int) -> TrainResult:
         # the final prediction is read from the last layer
@@ -141,10 +144,10 @@ def fit_tuned_lens(
             states[source],
             head,
             states[target],
-            settings=training,
+            settings=settings,
             seed=pair,
             reference=reference,
             groups=groups,
         )
 
-    train_pairs(method, last, out, meta, settings.get("targets", "last"), seed, train)
+    train_pairs(method, last, out, meta, "last", seed, train)

@@ -6,13 +6,17 @@ mat and rrr are solved in closed form (jtc.shortcuts.closed_form), the others ar
 (jtc.shortcuts.train, jtc.shortcuts.lens); every method that needs the training states alone is
 fitted by jtc.shortcuts.fit.fit_method (rule fit_map, one job per (model, corpus)), and the
 tuned lens, trained through the model's head, by jtc.shortcuts.lens.fit_tuned_lens (rule
-train_map).
+train_map). A method's config block training.<method> is read through its settings object
+(jtc.settings: LowRankSettings, RankSettings or TrainSettings), defaults from the schema.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from jtc.settings import LowRankSettings, RankSettings, Settings, TrainSettings
 
 AUTO_ALL_PAIRS_MAX_LAYERS = 12  # targets "auto": every pair up to this depth, else into the last
 
@@ -28,39 +32,28 @@ class Method:
     # one map used from every layer into the last: "pooled" (trained on the pooled pairs of all
     # layers) or "selected" (one of the per-layer maps, chosen); None: a map per layer
     one_map: str | None = None
-    defaults: dict[str, Any] = field(default_factory=dict)  # config training.<name>
+    # the object of its config block training.<name>; None: no block (id, mat)
+    settings: type[Settings] | None = None
 
-
-_LOW_RANK = {
-    "rank": None,  # None: floor(d / 100), at least 1
-    "targets": "auto",
-    "optimizer": "adam",
-    "learning_rate": 3e-4,  # from the rrr start: small steps (bench/bench_train.py)
-    "max_epochs": 100,
-    "batch_size": 128,
-    "holdout_fraction": 0.1,
-    "patience": 3,
-    "weight_decay": 0.0,
-    "schedule": "cosine",
-    "warm_start": True,  # from the reduced-rank regression (jtc.shortcuts.train)
-}
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method("id", "the identity (logit lens)"),
         Method("mat", "least-squares d × d map, no intercept (JTC)"),
-        Method("njtc", "rank-r product A·B by gradient descent on MSE", True, defaults=_LOW_RANK),
+        Method(
+            "njtc", "rank-r product A·B by gradient descent on MSE", True, settings=LowRankSettings
+        ),
         Method(
             "rrr",
             "reduced-rank regression: the closed-form optimum of NJTC's objective (rank as NJTC)",
-            defaults={"rank": None, "targets": None},  # None: NJTC's
+            settings=RankSettings,  # unset: NJTC's (jtc.runs.config)
         ),
         Method(
             "nnjtc",
             "batch normalisation, then a rank-r product A·B (N-NJTC)",
             True,
-            defaults=_LOW_RANK,
+            settings=LowRankSettings,
         ),
         Method(
             "one_jump",
@@ -69,7 +62,7 @@ METHODS: dict[str, Method] = {
             True,
             last_only=True,
             one_map="pooled",
-            defaults=_LOW_RANK,
+            settings=LowRankSettings,
         ),
         Method(
             "one_jump_selected",
@@ -79,7 +72,7 @@ METHODS: dict[str, Method] = {
             True,
             last_only=True,
             one_map="selected",
-            defaults=_LOW_RANK,
+            settings=LowRankSettings,
         ),
         Method(
             "tuned_lens",
@@ -88,31 +81,23 @@ METHODS: dict[str, Method] = {
             True,
             needs_head=True,
             last_only=True,
-            defaults={
-                "optimizer": "adam",
-                "learning_rate": 3e-5,  # from the least-squares start: small steps
-                "max_epochs": 2,
-                "batch_size": 128,
-                "holdout_fraction": 0.1,
-                "patience": 1,
-                "weight_decay": 0.0,
-                "schedule": "cosine",
-                "warm_start": True,  # from the least-squares affine map (jtc.shortcuts.train)
-            },
+            settings=TrainSettings,
         ),
     )
 }
 
 
-def training_settings(config: dict[str, Any], method: str) -> dict[str, Any]:
-    """A method's settings: its defaults updated by config training.<method>; rrr's rank and
-    targets, unless set, are NJTC's (so that rrr is the optimum of the objective NJTC trains)."""
-    spec = METHODS[method]
-    settings = {**spec.defaults, **config.get("training", {}).get(method, {})}
-    if method == "rrr":
-        njtc = training_settings(config, "njtc")
-        settings = {k: njtc[k] if v is None else v for k, v in settings.items()}
-    return settings
+def settings_param(config: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """A rule's param for `method`: the keys of config training.<method> that its settings
+    object reads ({} for a method without one)."""
+    kind = METHODS[method].settings
+    return kind.param(config, method) if kind else {}
+
+
+def settings_of(method: str, param: Mapping[str, Any]) -> Settings | None:
+    """`method`'s settings object of its param (settings_param); None for a method without one."""
+    kind = METHODS[method].settings
+    return kind.of(param) if kind else None
 
 
 def applicable(method: str, predicts: bool) -> bool:
@@ -125,9 +110,9 @@ def default_rank(width: int) -> int:
     return max(1, width // 100)
 
 
-def rank_of(settings: dict[str, Any], width: int) -> int:
+def rank_of(settings: RankSettings, width: int) -> int:
     """A low-rank method's rank: config training.<method>.rank, or default_rank(d)."""
-    return settings.get("rank") or default_rank(width)
+    return settings.rank or default_rank(width)
 
 
 def fitted_targets(method: str, targets: str, source: int, num_layers: int) -> list[int]:

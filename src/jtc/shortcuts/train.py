@@ -8,7 +8,7 @@ jtc.shortcuts.closed_form:
   with `train_module` too).
 
 Each starts from the closed-form optimum of a least-squares objective on the rows it trains on
-(TrainSettings.warm_start; jtc.shortcuts.closed_form), not from a random point:
+(jtc.settings.TrainSettings.warm_start; jtc.shortcuts.closed_form), not from a random point:
 
 - NJTC from the reduced-rank regression (rrr) of the target on the source states: the optimum
   of its own objective, which gradient descent can then only refine by chance on held-out rows;
@@ -33,66 +33,20 @@ import math
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
 from jtc.devices import job_device
+from jtc.settings import TrainSettings
 from jtc.shortcuts.closed_form import reduced_rank, reduced_rank_affine
 from jtc.shortcuts.maps import DEFAULT_NORM_EPS
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
 EVAL_ROWS = 4096  # held-out rows evaluated at once
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """How a map is trained (config training.<method>). No defaults here: each method's are in
-    jtc.shortcuts.methods (for_method), and the workflow's checked config has them filled in."""
-
-    optimizer: str
-    """One of OPTIMIZERS."""
-    learning_rate: float
-    max_epochs: int
-    batch_size: int
-    holdout_fraction: float
-    """Share of the rows held out for early stopping."""
-    patience: int
-    """Epochs without a better held-out loss before training stops."""
-    weight_decay: float
-    schedule: str
-    """The learning rate schedule, one of SCHEDULES."""
-    warm_start: bool
-    """Start from the closed-form optimum (module docstring), else from random maps."""
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer '{self.optimizer}': expected one of {OPTIMIZERS}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule '{self.schedule}': expected one of {SCHEDULES}")
-
-    @classmethod
-    def from_config(cls, block: dict) -> TrainSettings:
-        """The settings in a config block (the checked config's, every key present); its other
-        keys (rank, targets) are not training's."""
-        names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in block]
-        if missing:
-            raise ValueError(
-                f"training settings without {missing}: pass a whole block, e.g. "
-                f"TrainSettings.for_method(method, **changes) for a method's defaults"
-            )
-        return cls(**{name: block[name] for name in names})
-
-    @classmethod
-    def for_method(cls, method: str, **changes) -> TrainSettings:
-        """A method's default settings (jtc.shortcuts.methods), with `changes`."""
-        from jtc.shortcuts.methods import METHODS
-
-        return cls.from_config({**METHODS[method].defaults, **changes})
 
 
 @dataclass
@@ -243,6 +197,11 @@ def train_module(
     sentence; held_out_rows) is held out for early stopping. `start_at`, if given, sets the
     module's starting point from the rows trained on (sorted row numbers) before the held-out
     loss of that start is measured (epoch 0)."""
+    if settings.optimizer not in OPTIMIZERS or settings.schedule not in SCHEDULES:
+        raise ValueError(
+            f"optimizer '{settings.optimizer}', schedule '{settings.schedule}': expected one of "
+            f"{OPTIMIZERS} and one of {SCHEDULES}"
+        )
     start = time.perf_counter()
     holdout, train_rows = held_out_rows(n, settings.holdout_fraction, generator, groups)
     n_hold = len(holdout)

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def fit_map(
     train_dir: str,
     outs: dict[str, str],
     *,
-    settings: dict[str, dict],
+    settings: dict[str, dict[str, Any]],
     seed: int,
     model: str,
     corpus: str,
     threads: int,
 ) -> None:
-    """The maps of every method fitted from the training states alone (outs: method -> file),
-    from every source layer (jtc.shortcuts.fit.fit_method: mat and rrr in closed form, NJTC,
-    N-NJTC and the one-map methods by gradient descent), the states read once up to a bound
-    (jtc.data.states.LayerStates). On the GPU when the job has one; torch is imported only
+    """The maps of every method fitted from the training states alone (outs: method -> file;
+    settings: method -> its param, jtc.shortcuts.methods.settings_param, made its settings
+    object), from every source layer (jtc.shortcuts.fit.fit_method: mat and rrr in closed form,
+    NJTC, N-NJTC and the one-map methods by gradient descent), the states read once up to a
+    bound (jtc.data.states.LayerStates). On the GPU when the job has one; torch is imported only
     when a trained method is asked for."""
     from jtc.data.states import LayerStates
     from jtc.logs import ready
     from jtc.shortcuts.fit import fit_method
+    from jtc.shortcuts.methods import settings_of
 
     states = LayerStates(train_dir)
     ready()
@@ -29,7 +33,7 @@ def fit_map(
             method,
             states,
             out,
-            settings=settings[method],
+            settings=settings_of(method, settings[method]),
             seed=seed,
             threads=threads,
             model=model,
@@ -44,7 +48,7 @@ def train_map(
     *,
     model_dir: str,
     method: str,
-    settings: dict,
+    settings: dict[str, Any],
     seed: int,
     model: str,
     corpus: str,
@@ -56,6 +60,7 @@ def train_map(
     from jtc.data.states import LayerStates
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
+    from jtc.settings import TrainSettings
     from jtc.shortcuts.lens import fit_tuned_lens
 
     states = LayerStates(train_dir)
@@ -66,7 +71,7 @@ def train_map(
         states,
         out,
         head,
-        settings=settings,
+        settings=TrainSettings.of(settings),
         seed=seed,
         threads=threads,
         model=model,
