@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,6 +80,36 @@ def fit_method(
         _trained(method, states, out, meta, settings, seed, threads, groups)
     else:
         _closed_form(method, states, out, meta, settings, threads)
+
+
+def fit_methods(
+    states,
+    outs: Mapping[str, str | Path],
+    params: Mapping[str, Mapping],
+    *,
+    seed: int,
+    threads: int,
+    model: str,
+    corpus: str,
+) -> None:
+    """fit_method for every method of `outs` (method -> its map file), in that order, on the same
+    training states (jtc.data.states.LayerStates, each row's sentence in `sentence_ids`);
+    `params`: method -> its rule param (jtc.shortcuts.methods.settings_param), made its
+    settings object here."""
+    from jtc.shortcuts.methods import settings_of
+
+    for method, out in outs.items():
+        fit_method(
+            method,
+            states,
+            out,
+            settings=settings_of(method, params[method]),
+            seed=seed,
+            threads=threads,
+            model=model,
+            corpus=corpus,
+            groups=states.sentence_ids,
+        )
 
 
 def _closed_form(

@@ -17,29 +17,17 @@ def fit_map(
 ) -> None:
     """The maps of every method fitted from the training states alone (outs: method -> file;
     settings: method -> its param, jtc.shortcuts.methods.settings_param, made its settings
-    object), from every source layer (jtc.shortcuts.fit.fit_method: mat and rrr in closed form,
+    object), from every source layer (jtc.shortcuts.fit.fit_methods: mat and rrr in closed form,
     NJTC, N-NJTC and the one-map methods by gradient descent), the states read once up to a
     bound (jtc.data.states.LayerStates). On the GPU when the job has one; torch is imported only
     when a trained method is asked for."""
     from jtc.data.states import LayerStates
     from jtc.logs import ready
-    from jtc.shortcuts.fit import fit_method
-    from jtc.shortcuts.methods import settings_of
+    from jtc.shortcuts.fit import fit_methods
 
     states = LayerStates(train_dir)
     ready()
-    for method, out in outs.items():
-        fit_method(
-            method,
-            states,
-            out,
-            settings=settings_of(method, settings[method]),
-            seed=seed,
-            threads=threads,
-            model=model,
-            corpus=corpus,
-            groups=states.sentence_ids,
-        )
+    fit_methods(states, outs, settings, seed=seed, threads=threads, model=model, corpus=corpus)
 
 
 def train_map(
