@@ -105,13 +105,7 @@ def train_tuned_lens(
         rows = rows.to(head.device)
         return lens_loss(head, reference, net(xs[rows]), rows)
 
-    def start_at(rows: np.ndarray) -> None:
-        module.start_at(x[rows], final_states[rows])
-
-    start = start_at if settings.warm_start else None
-    result = train_module(module, loss_of, len(x), settings, generator, start, groups)
-    result.tensors = module.tensors()
-    return result
+    return train_module(module, loss_of, (x, final_states), settings, generator, groups)
 
 
 def fit_tuned_lens(

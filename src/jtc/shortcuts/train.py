@@ -186,27 +186,30 @@ def held_out_rows(
 def train_module(
     module: nn.Module,
     loss_of: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-    n: int,
+    start_from: tuple[np.ndarray, np.ndarray],
     settings: TrainSettings,
     generator: torch.Generator,
-    start_at: Callable[[np.ndarray], None] | None = None,
     groups: np.ndarray | None = None,
 ) -> TrainResult:
-    """Minibatch training of `module` on rows 0..n-1; `loss_of(module, rows)` is the mean loss
-    over those rows. A seeded share of the rows (of the sentences, with `groups`: each row's
-    sentence; held_out_rows) is held out for early stopping. `start_at`, if given, sets the
-    module's starting point from the rows trained on (sorted row numbers) before the held-out
-    loss of that start is measured (epoch 0)."""
+    """Minibatch training of `module` (a map with `start_at(x, y)` and `tensors()`: LowRankMap,
+    jtc.shortcuts.lens.AffineTranslator) on rows 0..n-1 of `start_from` = (x, y); `loss_of(module,
+    rows)` is the mean loss over those rows. A seeded share of the rows (of the sentences, with
+    `groups`: each row's sentence; held_out_rows) is held out for early stopping. With
+    settings.warm_start, the module starts at its closed form on the rows trained on (sorted row
+    numbers) before the held-out loss of that start is measured (epoch 0). The result holds the
+    trained module's tensors."""
     if settings.optimizer not in OPTIMIZERS or settings.schedule not in SCHEDULES:
         raise ValueError(
             f"optimizer '{settings.optimizer}', schedule '{settings.schedule}': expected one of "
             f"{OPTIMIZERS} and one of {SCHEDULES}"
         )
     start = time.perf_counter()
-    holdout, train_rows = held_out_rows(n, settings.holdout_fraction, generator, groups)
+    x, y = start_from
+    holdout, train_rows = held_out_rows(len(x), settings.holdout_fraction, generator, groups)
     n_hold = len(holdout)
-    if start_at is not None:
-        start_at(np.sort(train_rows.numpy()))
+    if settings.warm_start:
+        rows = np.sort(train_rows.numpy())
+        module.start_at(x[rows], y[rows])
     start_seconds = time.perf_counter() - start
     optimizer = _optimizer(module, settings)
     steps = settings.max_epochs * len(_batches(train_rows, settings.batch_size))
@@ -259,6 +262,7 @@ def train_module(
         module.load_state_dict(best_state)
     module.eval()
     result.seconds = time.perf_counter() - start
+    result.tensors = module.tensors()
     return result
 
 
@@ -289,10 +293,4 @@ def train_low_rank(
         rows = rows.to(device)
         return nn.functional.mse_loss(net(xs[rows]), ys[rows])
 
-    def start_at(rows: np.ndarray) -> None:
-        module.start_at(x[rows], y[rows])
-
-    start = start_at if settings.warm_start else None
-    result = train_module(module, loss_of, len(x), settings, generator, start, groups)
-    result.tensors = module.tensors()
-    return result
+    return train_module(module, loss_of, (x, y), settings, generator, groups)
