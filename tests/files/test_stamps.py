@@ -15,7 +15,13 @@ import pytest
 from jtc.data.states import StateWriter, read_site
 from jtc.files import stamps
 from jtc.files.io import CorruptFileError, atomic_dir, read_table, write_table
-from jtc.files.stamps import PlannedJob, damaged_outputs, leftovers, replaced_outputs, stale_outputs
+from jtc.files.planned import (
+    PlannedJob,
+    damaged_outputs,
+    leftovers,
+    replaced_outputs,
+    stale_outputs,
+)
 from jtc.runs.config import command_line_config, merged
 from jtc.shortcuts.maps import load_map, save_maps
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from jtc import paths
 from jtc.data.sources import input_problem, size_problem
-from jtc.files.stamps import (
+from jtc.files.planned import (
     PlannedJob,
     damaged_outputs,
     leftovers,
