@@ -1,11 +1,10 @@
 """Corpora: sentence splitting, the sentence table, Leipzig archives and downloads."""
 
 import hashlib
-import io
 import os
-import tarfile
 
 import pytest
+from archives import make_tar
 
 from jtc.data import corpus, sources
 from jtc.data.corpus import CorpusError
@@ -13,23 +12,6 @@ from jtc.data.corpus import CorpusError
 LEIPZIG_LINES = [
     f"{i}\tThis is sentence number {i} of the small test corpus." for i in range(1, 41)
 ]
-
-
-def make_tar(path, members):
-    """members: list of (TarInfo-like dict, bytes or None)."""
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data, kind in members:
-            info = tarfile.TarInfo(name)
-            if kind == "file":
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            elif kind == "symlink":
-                info.type, info.linkname = tarfile.SYMTYPE, data
-                tar.addfile(info)
-            elif kind == "hardlink":
-                info.type, info.linkname = tarfile.LNKTYPE, data
-                tar.addfile(info)
-    return path
 
 
 def leipzig_archive(path):

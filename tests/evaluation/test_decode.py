@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from test_extract import prepare_tiny, run_extract
+from extraction import prepare_tiny, run_extract
 from tiny import make_model
 
 import jtc.model.head as head_mod

@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_prediction import LAYERS, decode, validation  # noqa: F401 - the fixture
+from decoding import LAYERS, decode
 
 from jtc.data.extract import prepare_inputs
 from jtc.evaluation.early_exit import (
@@ -48,7 +48,7 @@ def model_inputs(work, tokenizer, info):
 
 
 @pytest.mark.parametrize("method", ["id", "mat"])
-def test_sweep_equals_running_the_model_and_stopping(validation, method):  # noqa: F811
+def test_sweep_equals_running_the_model_and_stopping(validation, method):
     kind, work, _, noisy = validation
     files = noisy if method == "mat" else None
     table = decode(work, method, files, f"{method}_exit")

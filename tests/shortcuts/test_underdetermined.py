@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from docutils.core import publish_parts
 from jinja2 import Environment
-from test_headline import parameters, r2_table
+from tables import parameters, r2_table
 
 from jtc.data.states import StateWriter, layer_file, part_file
 from jtc.files.io import write_json

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from archives import make_tar
 from damage import flip_data_page_byte
-from test_corpus import make_tar
 from tiny import make_model, save_model
 
 from jtc.data import corpus, sources
