@@ -1,5 +1,5 @@
 """Every method's prediction from every layer of a validation states folder, scored position by
-position against the model's own final prediction (jtc.evaluation.decode.score): the head's
+position against the model's own final prediction (jtc.model.scoring.score): the head's
 summary of the final prediction and each layer's states are computed or read once for all
 methods."""
 
@@ -34,9 +34,9 @@ def layer_scores(
     check: Shortlist | None = None,
 ) -> dict[str, pa.Table]:
     """{method: its per-position scores at every layer} for each of `methods` (`maps`: each
-    method's map file, None for id): jtc.evaluation.decode.score_table's rows, layer 0 first,
+    method's map file, None for id): jtc.model.scoring.score_table's rows, layer 0 first,
     against the final prediction's top `top_k`; with a shortlist `check`, also its columns
-    (jtc.evaluation.decode.SHORTLIST_COLUMNS). Logs each method's precision@1 at each layer."""
+    (jtc.model.scoring.SHORTLIST_COLUMNS). Logs each method's precision@1 at each layer."""
     positions, info = read_positions(val_dir)
     last = info["num_layers"]
     ids = positions.column("sentence_id").to_numpy()
