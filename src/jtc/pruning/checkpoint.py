@@ -31,6 +31,7 @@ from transformers.pytorch_utils import Conv1D
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
 from jtc.model.kept_blocks import prune_config
+from jtc.model.sources import shareable_source
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
 from jtc.pruning.map_file import read_replaceme_map
 
@@ -359,7 +360,7 @@ def write_pruned(
         description = {
             "format": FORMAT,
             "model": info.get("name"),
-            "model_source": _shareable(info.get("source")),
+            "model_source": shareable_source(info.get("source")),
             "architecture": adapter.name,
             "variant": variant,
             "start": start,
@@ -384,9 +385,3 @@ def write_pruned(
         }
         (tmp / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
     return out
-
-
-def _shareable(source: str | None) -> str | None:
-    from jtc.model.sources import shareable_source
-
-    return shareable_source(source)
