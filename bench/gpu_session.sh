@@ -7,6 +7,8 @@
 #                                              the CUDA tests, SmolLM2-1.7B's shape made
 #   bash bench/gpu_session.sh 1.7b [SECONDS]   the 1.7B paper-size run (bench_scale.py)
 #   bash bench/gpu_session.sh 7b [SECONDS]     Llama-2-7B's shape made, and its run
+#   bash bench/gpu_session.sh qwen [SECONDS]   Qwen2.5-1.5B's shape made (qwen2: attention
+#                                              biases, a 151,936-token head), and its run
 #
 # Everything a later step needs lives under /tmp/jtc-gpu (the repository copy is laid anew each
 # call); a step makes what it finds missing (a fresh machine) first, so any step can run first.
@@ -14,7 +16,7 @@
 # description, pytest's JUnit XML, bench_scale.py's JSON, and a .tar.gz of the run's config,
 # Snakemake log, job logs, benchmark files and metrics tables.
 #
-# A step ends by SECONDS (defaults below: 210, 300, 330; a device call's limit is 600): 60 s
+# A step ends by SECONDS (defaults below: 210, 300, 330, 300; a device call's limit is 600): 60 s
 # before, a run's Snakemake is stopped (SIGINT, SIGTERM, SIGKILL, GRACE seconds apart, then
 # the jobs left), so that bench_scale.py still writes its report and the results are packed;
 # finished jobs are kept, and the same step run again (same machine) runs only what is left.
@@ -30,7 +32,7 @@
 set -uo pipefail
 
 usage() {
-    echo "usage: bash bench/gpu_session.sh tests|1.7b|7b [SECONDS] [--rehearse]" >&2
+    echo "usage: bash bench/gpu_session.sh tests|1.7b|7b|qwen [SECONDS] [--rehearse]" >&2
     exit 2
 }
 STEP=${1:-}
@@ -48,6 +50,7 @@ case $STEP in
     tests) DEFAULT_BUDGET=210 ;;
     1.7b) DEFAULT_BUDGET=300 ;;
     7b) DEFAULT_BUDGET=330 ;;
+    qwen) DEFAULT_BUDGET=300 ;;
     *) usage ;;
 esac
 BUDGET=${SECONDS_GIVEN:-$DEFAULT_BUDGET}
@@ -276,25 +279,25 @@ scale_run() { # NAME TRAIN VALIDATION JUMPS METHODS
 }
 
 free_disk_for_7b() {
-    # Llama-2-7B's shape: 13.8 GB of weights, jtc's cached copy, the states: drop the 1.7B run's
-    # weights and states (its results came back with the 1.7b step) where the disk is short
-    local free_gb
-    free_gb=$(df -BG --output=avail "$STATE" | tail -1 | tr -dc 0-9)
-    if ((free_gb < 45)); then
-        log "${free_gb} GB free: removing the 1.7B model and its states"
-        rm -rf "$STATE/models/smollm2-1.7b" "$STATE/scale/smollm2-1.7b/results/models" \
-            "$STATE/scale/smollm2-1.7b/results/hidden"
-    fi
+    # Llama-2-7B's shape needs 13.8 GB of weights, jtc's cached copy of them, 3.2 GB of states
+    # and the maps: more than half of a 64 GiB disk. The other runs' weights and states (their
+    # results came back with their own steps) are removed first, whatever is free.
+    log "$(df -BG --output=avail "$STATE" | tail -1 | tr -dc 0-9) GB free: removing the other runs' models and states"
+    local name
+    for name in smollm2-1.7b qwen2.5-1.5b; do
+        rm -rf "$STATE/models/$name" "$STATE/scale/$name/results/models" \
+            "$STATE/scale/$name/results/hidden" "$STATE/scale/$name/results/parts"
+    done
 }
 
 # --- the steps -------------------------------------------------------------------------------
 
 if [[ $REHEARSE == 1 ]]; then
-    SHAPE_17B=tiny SHAPE_7B=tiny CORES=2 THREADS=1
-    SIZES_17B=(300 100) SIZES_7B=(300 100)
+    SHAPE_17B=tiny SHAPE_7B=tiny SHAPE_QWEN=tiny CORES=2 THREADS=1
+    SIZES_17B=(300 100) SIZES_7B=(300 100) SIZES_QWEN=(300 100)
 else
-    SHAPE_17B=smollm2-1.7b SHAPE_7B=llama-2-7b CORES=16 THREADS=2
-    SIZES_17B=(9000 3000) SIZES_7B=(4500 1500)
+    SHAPE_17B=smollm2-1.7b SHAPE_7B=llama-2-7b SHAPE_QWEN=qwen2.5-1.5b CORES=16 THREADS=2
+    SIZES_17B=(9000 3000) SIZES_7B=(4500 1500) SIZES_QWEN=(9000 3000)
 fi
 
 log "start: budget ${BUDGET}s, state $STATE, results $OUT_DIR, carry $CARRY"
@@ -315,7 +318,13 @@ case $STEP in
     7b)
         free_disk_for_7b
         make_model "$SHAPE_7B" llama-2-7b || exit 1
-        scale_run llama-2-7b "${SIZES_7B[@]}" 2 id,mat,tuned_lens || status=1
+        # rrr, not mat: mat's 528 float32 maps at width 4096 are 35 GB, which with the weights
+        # and their cached copy (27.6 GB) and the states is more than the 64 GiB disk
+        scale_run llama-2-7b "${SIZES_7B[@]}" 2 id,rrr,tuned_lens || status=1
+        ;;
+    qwen)
+        make_model "$SHAPE_QWEN" qwen2.5-1.5b || exit 1
+        scale_run qwen2.5-1.5b "${SIZES_QWEN[@]}" 2 id,mat,rrr,tuned_lens || status=1
         ;;
 esac
 log "done: exit $status"

@@ -61,6 +61,23 @@ SHAPES: dict[str, tuple[str, dict]] = {
             rms_norm_eps=1e-5,
         ),
     ),
+    # Qwen2.5-1.5B (Qwen/Qwen2.5-Coder-1.5B-Instruct's dimensions): attention biases, 2 KV heads,
+    # a vocabulary of 151,936, tied embeddings
+    "qwen2.5-1.5b": (
+        "qwen2",
+        dict(
+            num_hidden_layers=28,
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            max_position_embeddings=32768,
+            rms_norm_eps=1e-6,
+        ),
+    ),
     # GPT-2 XL (gpt2-xl); any tokenizer fits (SmolLM2's is fine: its 49,152 ids < 50,257)
     "gpt2-xl": (
         "gpt2",
@@ -111,7 +128,7 @@ SHAPES: dict[str, tuple[str, dict]] = {
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-LAYER_KEYS = {"llama": "num_hidden_layers", "gpt2": "n_layer"}
+LAYER_KEYS = {"llama": "num_hidden_layers", "qwen2": "num_hidden_layers", "gpt2": "n_layer"}
 
 
 def shape_config(
