@@ -34,6 +34,7 @@ from jtc.model.kept_blocks import running_only
 from jtc.model.scoring import Reference, final_reference, score
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import load_span_map
+from jtc.pruning.pruned import stand_in_state
 from jtc.pruning.spans import parse_removed, removed_label, resolved_lengths, spans
 from jtc.pruning.sums import every_state
 from jtc.settings import SpanRunSettings
@@ -68,12 +69,8 @@ def stand_in(
     """The state that replaces h_{i+n} in a span run, on `device`, from the unmodified h_i
     (and X_i); `linear` is the run's map as a torch module there (None: drop)."""
     h = states[run.start].to(device)
-    if linear is None:
-        return h
-    if run.variant == "replaceme":  # r_i + X_i T, r_i = h_i - X_i
-        x = ffn[run.start - 1].to(device)
-        return h - x + linear(x)
-    return linear(h)
+    x = ffn[run.start - 1].to(device) if run.variant == "replaceme" else None
+    return stand_in_state(run.variant, linear, h, x)
 
 
 @contextmanager
