@@ -18,6 +18,7 @@ ORDER = [
     ["shortcuts"],
     ["evaluation"],
     ["pruning"],
+    ["measures"],
     ["report"],
     ["stages", "runs", "api", "cli"],  # the top: they import none of each other, but cli api
 ]
