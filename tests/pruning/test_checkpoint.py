@@ -21,8 +21,8 @@ from jtc.files.io import CorruptFileError
 from jtc.model.adapters import UnsupportedArchitecture
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
-from jtc.pruning import checkpoint
 from jtc.model.manifest import model_fingerprint
+from jtc.pruning import checkpoint
 from jtc.pruning.checkpoint import export, fold_problem, prune_blocks, write_pruned
 from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
 
