@@ -174,7 +174,9 @@ def pruning_selected(variants, lengths=(4, 8), lowest=True):
                         "variant": v,
                         "start": 17 if consecutive else -1,
                         "removed": f"18-{17 + n}" if consecutive else "3,9,14,22"[: 2 * n],
-                        **pruning_metrics(math.exp(0.1 * n + 0.2 * j + 7.0 * (v == "low_rank") + k)),
+                        **pruning_metrics(
+                            math.exp(0.1 * n + 0.2 * j + 7.0 * (v == "low_rank") + k)
+                        ),
                     }
                 )
     return pa.Table.from_pylist(rows)
