@@ -31,10 +31,14 @@ def span_tensor_name(variant: str, start: int, length: int, part: str) -> str:
 class SpanMapWriter(_MapFileWriter):
     """Writes the span maps of depth pruning (jtc.pruning.fits): add(variant, start,
     length, tensors by part name). For replaceme the map applies to block `start`'s
-    feed-forward output X: h_{start+length} = h_start - X + pred(X)."""
+    feed-forward output X: h_{start+length} = h_start - X + pred(X); low_rank's predicts the
+    difference: h_{start+length} = h_start + pred(h_start)."""
 
     format = SPAN_FORMAT
-    convention = "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i)"
+    convention = (
+        "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i); "
+        "low_rank: h_(i+n) = h_i + pred(h_i)"
+    )
 
     def add(self, variant: str, start: int, length: int, tensors: Mapping[str, np.ndarray]) -> None:
         ShortcutMap(tensors)  # refuse an unknown or incomplete set of parts before writing
