@@ -82,8 +82,9 @@ def _prune_parser(commands, defaults) -> None:
     sub.add_argument("--variant", choices=["replaceme", "drop"], required=True)
     sub.add_argument(
         "--maps",
-        help="the workflow's maps file (results/pruning/MODEL/CORPUS/maps.safetensors), with "
-        "replaceme.start_I.length_N.weight; for --variant replaceme",
+        help="the workflow's maps file of this model (results/pruning/MODEL/CORPUS/"
+        "maps.safetensors), with replaceme.start_I.length_N.weight; for --variant replaceme (a "
+        "file fitted on another model is refused)",
     )
     sub.add_argument("--out", required=True, help="folder to write, new or empty")
     sub.add_argument("--force", action="store_true", help="replace --out even if it holds files")

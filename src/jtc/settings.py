@@ -171,11 +171,14 @@ class CalibrationSettings(Settings):
     lengths: tuple[int, ...]
     """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
     variants: tuple[str, ...]
-    """What stands in for the removed blocks (drop, mat, replaceme, rrr)."""
+    """What stands in for the removed blocks (drop, mat, replaceme, low_rank)."""
     rank: int | None
-    """rrr's rank; None: NJTC's, floor(d/100)."""
+    """The low-rank stand-in's rank (low_rank: h_i + h_i B C); None: floor(d/100), NJTC's."""
     calibration_sentences: int
     """Training sentences (the first of the split) whose every token is used."""
+    ridge: float
+    """Relative ridge α of the closed-form fits (mat, replaceme, low_rank): they solve
+    (G + α·(tr(G)/d)·I) W = C; 0: plain least squares."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +205,8 @@ class ExportSettings(Settings):
     export_length: int | None
     """Blocks removed; None: the configured length closest to a quarter of the depth."""
     export_selection: str
-    """The selection rule that chooses the span (on calibration sentences)."""
+    """The selection rule that chooses the span (on calibration sentences; the schema's
+    default: angular_distance)."""
     export_variant: str
     """replaceme (the map folded into the block before the span) or drop."""
 

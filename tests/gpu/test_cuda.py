@@ -600,8 +600,8 @@ def test_depth_pruning_sums_and_runs_equal_the_cpus():
     model, tokenizer = make_model("llama", layers=4, width=WIDTH)
     adapter = get_adapter("llama")
     inputs = [np.asarray(tokenizer(s)["input_ids"]) for s in SENTENCES]
-    plan = StatisticsPlan.of(4, [2], ["drop", "mat", "replaceme", "rrr"])
-    runs = [SpanRun.span(v, 1, 2) for v in ("drop", "mat", "replaceme", "rrr")]
+    plan = StatisticsPlan.of(4, [2], ["drop", "mat", "replaceme", "low_rank"])
+    runs = [SpanRun.span(v, 1, 2) for v in ("drop", "mat", "replaceme", "low_rank")]
     runs.append(SpanRun("drop", -1, 2, (1, 3)))
     results = {}
     for name, net in (("cpu", model), ("device", on_device(model))):

@@ -74,7 +74,7 @@ def tiny(request):
 
 
 def statistics(
-    model, adapter, inputs, lengths=(1, 2), variants=("drop", "mat", "replaceme", "rrr")
+    model, adapter, inputs, lengths=(1, 2), variants=("drop", "mat", "replaceme", "low_rank")
 ):
     plan = StatisticsPlan.of(LAYERS, lengths, variants)
     return span_statistics(model, adapter, inputs, plan, batch_size=3, pad_id=0)
@@ -127,12 +127,13 @@ def test_span_maps_equal_numpy_least_squares_on_the_same_tokens(tiny):
         np.testing.assert_allclose(mat.tensors["weight"].T, a_ref, atol=tol * np.abs(a_ref).max())
         mat_loss = ((h[start] @ a_ref - h[end]) ** 2).sum() / (h[end] ** 2).sum()
         assert mat.loss == pytest.approx(mat_loss, rel=1e-6)
-        # rrr: rank 2, never better than mat on the calibration tokens
-        rrr = fit_span(grams, "rrr", start, length, rank=2)
-        assert ShortcutMap(rrr.tensors).rank == 2
-        assert mat.loss <= rrr.loss
-        pred = ShortcutMap(rrr.tensors)(h[start])
-        assert rrr.loss == pytest.approx(
+        # low_rank: h_start plus a rank-2 map of the difference, never better than mat on the
+        # calibration tokens (I + B C is one of mat's maps)
+        low = fit_span(grams, "low_rank", start, length, rank=2)
+        assert ShortcutMap(low.tensors).rank == 2
+        assert mat.loss <= low.loss
+        pred = h[start] + ShortcutMap(low.tensors)(h[start])
+        assert low.loss == pytest.approx(
             ((pred - h[end]) ** 2).sum() / (h[end] ** 2).sum(), rel=1e-6
         )
         # drop: the squared distance, and UIDL's angle
@@ -301,6 +302,7 @@ def test_the_exported_span_is_the_one_the_rule_chose_at_the_length():
         {"length": n, "variant": v, "selection": "measured", "start": start}
         for n, v, start in ((2, "replaceme", 3), (4, "replaceme", 1), (4, "drop", 5))
     ]
+    assert ExportSettings.defaults().export_selection == "angular_distance"  # the default
     settings = ExportSettings.defaults(export_variant="replaceme", export_selection="measured")
     assert exported_span(rows, 16, settings, "m") == (1, 4)
     assert exported_span(rows, 12, settings, "m") == (3, 2)  # 2 and 4 as close: the shorter

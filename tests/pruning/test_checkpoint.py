@@ -21,8 +21,9 @@ from jtc.files.io import CorruptFileError
 from jtc.model.adapters import UnsupportedArchitecture
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
+from jtc.model.manifest import model_fingerprint
 from jtc.pruning import checkpoint
-from jtc.pruning.checkpoint import fold_problem, prune_blocks, write_pruned
+from jtc.pruning.checkpoint import export, fold_problem, prune_blocks, write_pruned
 from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
 
 KINDS = ["llama", "qwen2", "gpt2"]
@@ -362,8 +363,15 @@ def test_variant_and_transform_must_agree(cached, tmp_path):
         write_pruned(cached("llama"), tmp_path / "o", start=1, length=1, variant="shortcut")
 
 
-def write_maps(path, spans):
-    with SpanMapWriter(path, {}) as writer:
+def write_maps(path, spans, model_dir=None, name="llama"):
+    """A span maps file of replaceme transforms, recording the model they were fitted on
+    (`model_dir`'s fingerprint, as calibrate_pruning does; None: none, as an older jtc)."""
+    meta = (
+        {}
+        if model_dir is None
+        else {"model": name, "model_fingerprint": model_fingerprint(model_dir)}
+    )
+    with SpanMapWriter(path, meta) as writer:
         for s, n in spans:
             writer.add("replaceme", s, n, {"weight": random_transform(seed=s * 10 + n)})
     return path
@@ -371,7 +379,7 @@ def write_maps(path, spans):
 
 def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
     model_dir = cached("llama")
-    maps = write_maps(tmp_path / "maps.safetensors", [(START, LENGTH), (1, 3)])
+    maps = write_maps(tmp_path / "maps.safetensors", [(START, LENGTH), (1, 3)], model_dir)
     argv = ["prune", "--model-dir", str(model_dir), "--start", str(START), "--length"]
     argv += [str(LENGTH), "--variant", "replaceme", "--maps", str(maps)]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
@@ -409,6 +417,37 @@ def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
     assert "--variant drop takes no --maps" in capsys.readouterr().err
     assert main([*drop, "--variant", "replaceme", "--out", "x"]) == 2
     assert "--variant replaceme needs --maps" in capsys.readouterr().err
+
+
+def test_maps_of_another_model_are_refused_naming_both(cached, tmp_path, capsys):
+    """Maps fitted on a tiny Llama are refused for a tiny Qwen2 of the same width, by the CLI and
+    by export (the export stage's call), naming both models and what to pass instead; a file
+    that records no model fingerprint (an older jtc's) is refused with the rerun to do."""
+    llama, qwen2 = cached("llama"), cached("qwen2")
+    maps = write_maps(tmp_path / "maps.safetensors", [(START, LENGTH)], llama, "llama")
+    argv = ["prune", "--model-dir", str(qwen2), "--start", str(START), "--length", str(LENGTH)]
+    argv += ["--variant", "replaceme", "--maps", str(maps), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "fitted on model 'llama'" in err and "not on model 'qwen2' being pruned" in err
+    assert "calibrate_pruning fitted on model 'qwen2'" in err and "--maps" in err
+    assert not (tmp_path / "out").exists()
+    span = {"start": START, "length": LENGTH, "variant": "replaceme"}
+    with pytest.raises(ValueError, match="fitted on model 'llama'.*not on model 'qwen2'"):
+        export(qwen2, tmp_path / "out", maps=maps, **span)
+    assert not (tmp_path / "out").exists()
+    # the same name, other weights: an earlier copy of the model
+    renamed = write_maps(tmp_path / "renamed.safetensors", [(START, LENGTH)], llama, "qwen2")
+    with pytest.raises(ValueError, match="its weights changed since.*rerun calibrate_pruning"):
+        export(qwen2, tmp_path / "out", maps=renamed, **span)
+    old = write_maps(tmp_path / "old.safetensors", [(START, LENGTH)])
+    with pytest.raises(ValueError, match="does not record which model.*rerun calibrate_pruning"):
+        export(qwen2, tmp_path / "out", maps=old, **span)
+    assert main([*argv[:-4], "--maps", str(old), "--out", str(tmp_path / "out")]) == 2
+    assert "model 'qwen2'" in capsys.readouterr().err
+    # its own maps are taken
+    own = write_maps(tmp_path / "own.safetensors", [(START, LENGTH)], qwen2, "qwen2")
+    assert export(qwen2, tmp_path / "out", maps=own, **span) == tmp_path / "out"
 
 
 def test_checksummed_maps_are_verified(tmp_path):

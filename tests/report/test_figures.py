@@ -132,7 +132,7 @@ def pruning_metrics(ratio: float) -> dict:
 
 
 def pruning_spans(variants, lengths=(4, 8)):
-    """Every span of every variant and length; rrr's ratios in the thousands."""
+    """Every span of every variant and length; low_rank's ratios in the thousands."""
     rows = [
         {
             "model": "m",
@@ -143,7 +143,7 @@ def pruning_spans(variants, lengths=(4, 8)):
             "removed": f"{i + 1}-{i + n}",
             "fraction_removed": n / BLOCKS,
             **pruning_metrics(
-                math.exp(0.1 * n + 0.02 * abs(i - 18) * n + 7.0 * (v == "rrr") + 0.1 * k)
+                math.exp(0.1 * n + 0.02 * abs(i - 18) * n + 7.0 * (v == "low_rank") + 0.1 * k)
             ),
             "angular_distance": 0.2 + 0.01 * abs(i - 18),
             "block_influence": 0.1 * n,
@@ -174,7 +174,9 @@ def pruning_selected(variants, lengths=(4, 8), lowest=True):
                         "variant": v,
                         "start": 17 if consecutive else -1,
                         "removed": f"18-{17 + n}" if consecutive else "3,9,14,22"[: 2 * n],
-                        **pruning_metrics(math.exp(0.1 * n + 0.2 * j + 7.0 * (v == "rrr") + k)),
+                        **pruning_metrics(
+                            math.exp(0.1 * n + 0.2 * j + 7.0 * (v == "low_rank") + k)
+                        ),
                     }
                 )
     return pa.Table.from_pylist(rows)
@@ -203,7 +205,7 @@ def assert_written(*paths):
         assert path.exists() and path.stat().st_size > 1000, path
 
 
-@pytest.mark.parametrize("variants", [["replaceme"], ["rrr", "drop", "mat"]])
+@pytest.mark.parametrize("variants", [["replaceme"], ["low_rank", "drop", "mat"]])
 def test_the_pruning_span_figure_draws_one_panel_per_variant_and_a_line_per_length(
     tmp_path, drawn, variants
 ):
@@ -213,7 +215,7 @@ def test_the_pruning_span_figure_draws_one_panel_per_variant_and_a_line_per_leng
     (fig,) = drawn
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
     # the variants in their fixed order, on one log scale
-    order = [v for v in ("drop", "mat", "replaceme", "rrr") if v in variants]
+    order = [v for v in ("drop", "mat", "replaceme", "low_rank") if v in variants]
     assert [ax.get_title() for ax in panels] == order
     assert all(ax.get_yscale() == "log" for ax in panels)
     assert len({ax.get_ylim() for ax in panels}) == 1  # shared y
@@ -226,7 +228,7 @@ def test_the_pruning_span_figure_draws_one_panel_per_variant_and_a_line_per_leng
 
 
 @pytest.mark.parametrize("lowest", [True, False])
-@pytest.mark.parametrize("variants", [["drop"], ["drop", "replaceme", "rrr"]])
+@pytest.mark.parametrize("variants", [["drop"], ["drop", "replaceme", "low_rank"]])
 def test_the_pruning_selection_figure_draws_each_rule_under_each_variant(
     tmp_path, drawn, variants, lowest
 ):

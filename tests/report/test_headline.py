@@ -168,7 +168,7 @@ def pruning_selected():
         pruning_row(8, "angular_distance", "replaceme", 1.7, 0.86),
         pruning_row(8, "block_influence", "replaceme", 1.46, 0.873, start=12),
         pruning_row(8, "measured", "replaceme", float("nan"), 0.9),  # (not finite: never best)
-        pruning_row(8, "measured", "rrr", 2345.6, 0.2),
+        pruning_row(8, "measured", "low_rank", 2345.6, 0.2),
     ]
     return pa.Table.from_pylist(rows)
 
@@ -227,7 +227,7 @@ def test_the_landing_page_states_the_best_pruning_and_nothing_for_a_model_not_pr
 def test_a_pruning_of_blocks_not_consecutive_and_a_huge_ratio_read_well():
     rows = [
         pruning_row(8, "lowest_block_influence", "drop", 1.9, 0.84, -1, "3,9,14,17,20,22,24,25"),
-        pruning_row(8, "measured", "rrr", 2345.6, 0.2),
+        pruning_row(8, "measured", "low_rank", 2345.6, 0.2),
     ]
     section = landing_section(
         headline_table(
@@ -239,7 +239,7 @@ def test_a_pruning_of_blocks_not_consecutive_and_a_huge_ratio_read_well():
         )
     )
     assert "blocks 3, 9, 14, 17, 20, 22, 24, 25, the 8 of lowest Block Influence" in section
-    big = [pruning_row(8, "measured", "rrr", 2345.6, 0.2)]
+    big = [pruning_row(8, "measured", "low_rank", 2345.6, 0.2)]
     tables = Tables(r2_table(["id"]), parameters(["id"]), pruning=pa.Table.from_pylist(big))
     assert "**2,346** (95% interval 2,346–2,346" in landing_section(
         headline_table(headline_rows("lm", "news", tables))

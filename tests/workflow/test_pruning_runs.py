@@ -22,15 +22,15 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
     assert ran == {**PRUNING_RUN, "headline_table": 1, "all": 1}
     metrics = tmp_path / "results/metrics/gpt/mini"
     spans = pq.read_table(metrics / "pruning_spans.parquet").to_pylist()
-    # drop, mat and rrr from blocks 0 and 1, replaceme from block 1 only
+    # drop, mat and low_rank from blocks 0 and 1, replaceme from block 1 only
     assert sorted((r["variant"], r["start"]) for r in spans) == [
         ("drop", 0),
         ("drop", 1),
+        ("low_rank", 0),
+        ("low_rank", 1),
         ("mat", 0),
         ("mat", 1),
         ("replaceme", 1),
-        ("rrr", 0),
-        ("rrr", 1),
     ]
     for r in spans:
         assert r["sentences"] == 6 and r["tokens"] > 6 and r["length"] == 1

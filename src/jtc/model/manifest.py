@@ -10,6 +10,7 @@ reads, each against the checksum recorded for it when the model was cached (`Man
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import zlib
@@ -181,6 +182,20 @@ class Manifest:
             if _crc32(path, start + first, last - first) != want["tensors"][name]:
                 raise self._damaged(path, f"the checksum of tensor {name}")
             self._checked.add((file, name))
+
+
+def model_fingerprint(folder: str | Path) -> str:
+    """A cached model's identity, from its manifest (nothing is reread): the sha256 (first 16
+    hex digits) of the checksums of its weights files. Two models of the same architecture and
+    width differ in it; the same weights cached again do not."""
+    entries = Manifest(folder).entries
+    named = {
+        name: entry["crc32"]
+        for name, entry in sorted(entries.items())
+        if name.endswith(WEIGHTS_SUFFIX)
+    }
+    text = json.dumps(named, sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
 
 
 def check_manifest(folder: str | Path) -> None:

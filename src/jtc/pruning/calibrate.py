@@ -15,6 +15,7 @@ from jtc.data.extract import pad_token_id
 from jtc.model.adapters import adapter_of
 from jtc.pruning.fits import SpanFit, fit_span, select_spans
 from jtc.pruning.inputs import every_token
+from jtc.pruning.map_file import MODEL_FINGERPRINT
 from jtc.pruning.spans import StatisticsPlan, pruning_problem, resolved_lengths, spans
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
@@ -47,9 +48,12 @@ def calibrate(
     corpus: str,
     batch_size: int,
     max_tokens: int,
+    fingerprint: str,
 ) -> Calibration:
-    """Calibrate the model `net` (named `model`) on every token of the first
-    `calibration_sentences` training sentences of the corpus table `sentences`."""
+    """Calibrate the model `net` (named `model`, its cached weights' `fingerprint`:
+    jtc.model.manifest.model_fingerprint) on every token of the first `calibration_sentences`
+    training sentences of the corpus table `sentences`. The maps file's metadata names the
+    model and its fingerprint, so that the export refuses the maps of another model."""
     adapter = adapter_of(info)
     num_layers, width = info["num_layers"], info["hidden_size"]
     lengths = resolved_lengths(settings.lengths, num_layers)
@@ -67,7 +71,7 @@ def calibrate(
     grams = span_statistics(net, adapter, inputs, plan, batch_size, pad_token_id(tokenizer))
     rank = settings.rank or default_rank(width)
     fits = [
-        fit_span(grams, variant, start, n, rank)
+        fit_span(grams, variant, start, n, rank, settings.ridge)
         for variant in settings.variants
         for start, n in spans(num_layers, lengths, variant)
     ]
@@ -76,10 +80,12 @@ def calibrate(
         fits=fits,
         metadata={
             "model": model,
+            MODEL_FINGERPRINT: fingerprint,
             "corpus": corpus,
             "calibration_tokens": grams.tokens,
             "rank": rank,
+            "ridge": settings.ridge,
         },
-        calibration=calibration_table(grams, fits),
+        calibration=calibration_table(grams, fits, settings.ridge),
         selection=selection_table(chosen, num_layers),
     )

@@ -33,7 +33,7 @@ from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_ad
 from jtc.model.kept_blocks import prune_config
 from jtc.model.sources import shareable_source
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
-from jtc.pruning.map_file import read_replaceme_map
+from jtc.pruning.map_file import model_problem, read_replaceme_map
 
 VARIANTS = ("replaceme", "drop")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -266,9 +266,13 @@ def export(
     force: bool = False,
 ) -> Path:
     """write_pruned, for replaceme with the span's transform read from the maps file `maps`
-    (which pruning.json names); drop reads no maps."""
+    (which pruning.json names); drop reads no maps. A maps file fitted on another model than
+    `model_dir`'s (jtc.pruning.map_file.model_problem) is refused, naming both."""
     transform, source = None, None
     if variant == "replaceme" and maps is not None:  # without: write_pruned says it needs one
+        problem = model_problem(maps, model_dir)
+        if problem:
+            raise ValueError(problem)
         transform = read_replaceme_map(maps, start, length)
         source = f"{maps}: replaceme, start {start}, length {length}"
     return write_pruned(

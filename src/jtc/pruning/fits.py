@@ -7,12 +7,17 @@ Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the emb
 
     drop       h_{i+n} := h_i                                    (ShortGPT, UIDL)
     mat        h_{i+n} := h_i A, least squares without intercept  (jtc's map between the states)
-    rrr        the same with A of rank r, reduced-rank regression
+    low_rank   h_{i+n} := h_i + h_i B C, B C of rank r: the reduced-rank regression of the
+               difference D = h_{i+n} - h_i on h_i (the identity kept, so never worse than drop)
     replaceme  h_{i+n} := r_i + X_i T, X_i block i's feed-forward output before its residual add
                and r_i = h_i - X_i the stream it is added to (ReplaceMe); T folds into block
                i's last feed-forward linear layer, so the pruned model is a standard checkpoint
 
-Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ or Tᵀ.
+Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ or Tᵀ; low_rank's
+`down.weight` = Bᵀ (r, d) and `up.weight` = Cᵀ (d, r) predict the difference, added to h_i.
+
+`ridge` α >= 0 regularises the closed-form fits (mat, replaceme, low_rank) relative to the
+Gram's scale: they solve (G + α·(tr(G)/d)·I) W = C instead of G W = C (α = 0: least squares).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ class SpanGrams:
 
     `squares[l]` = Σ ||h_l||²; for pairs (i, j): `dots` Σ h_i·h_j, `cosines` Σ cos(h_i, h_j),
     `angles` Σ arccos(cos(h_i, h_j))/π; the d × d matrices `state_grams[i]` Σ h_iᵀh_i,
-    `state_cross[i, j]` Σ h_iᵀh_j (mat, rrr), and for replaceme `ffn_grams[i]` Σ X_iᵀX_i,
+    `state_cross[i, j]` Σ h_iᵀh_j (mat, low_rank), and for replaceme `ffn_grams[i]` Σ X_iᵀX_i,
     `ffn_cross[i, j]` Σ X_iᵀh_j, `ffn_own[i]` Σ X_iᵀh_i (row vectors, X_i block i's
     feed-forward output before its residual add)."""
 
@@ -60,11 +65,29 @@ class SpanGrams:
         )
 
 
-def solve_gram(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarray, str]:
-    """(W (d_in, d_out), how) minimising ||X W - Y||² from G = XᵀX and C = XᵀY: through a
-    Cholesky factorisation of G, or G's pseudo-inverse (the minimum-norm solution) when G is
-    singular or ill-conditioned (jtc.shortcuts.closed_form's rule)."""
-    factor = cholesky_factor(gram)
+def ridged(gram: np.ndarray, ridge: float) -> np.ndarray:
+    """G + α·(tr(G)/d)·I: the Gram matrix with a ridge relative to its mean eigenvalue (G itself,
+    not a copy, for α = 0)."""
+    if ridge == 0:
+        return gram
+    return gram + (ridge * float(np.trace(gram)) / len(gram)) * np.eye(len(gram))
+
+
+def solve_gram(gram: np.ndarray, cross: np.ndarray, ridge: float = 0.0) -> tuple[np.ndarray, str]:
+    """(W (d_in, d_out), how) minimising ||X W - Y||² + α·(tr(G)/d)·||W||² from G = XᵀX and
+    C = XᵀY (`ridge` α >= 0): through a Cholesky factorisation of G (with α > 0, of the ridged
+    Gram, positive definite), or G's pseudo-inverse (the minimum-norm solution) when α = 0 and
+    G is singular or ill-conditioned (jtc.shortcuts.closed_form's rule)."""
+    if ridge < 0:
+        raise ValueError(f"config key 'pruning.ridge': {ridge} is negative; it must be >= 0")
+    gram = ridged(gram, ridge)
+    if ridge > 0:
+        try:
+            factor = scipy.linalg.cho_factor(gram, lower=False, check_finite=True)
+        except (np.linalg.LinAlgError, ValueError):  # a zero Gram (tr(G) = 0): nothing to ridge
+            factor = None
+    else:
+        factor = cholesky_factor(gram)
     if factor is None:
         # eigenvalues of a computed Gram matrix below d·eps of the largest are rounding noise
         tolerance = len(gram) * np.finfo(np.float64).eps
@@ -92,23 +115,32 @@ def _squared_error(yy: float, w: np.ndarray, cross: np.ndarray, gram: np.ndarray
     return yy - 2.0 * float(np.sum(w * cross)) + float(np.sum(w * (gram @ w)))
 
 
-def fit_span(grams: SpanGrams, variant: str, start: int, length: int, rank: int) -> SpanFit:
-    """A variant's map for one span, from the calibration sums (`rank`: rrr's)."""
+def fit_span(
+    grams: SpanGrams, variant: str, start: int, length: int, rank: int, ridge: float = 0.0
+) -> SpanFit:
+    """A variant's map for one span, from the calibration sums (`rank`: low_rank's; `ridge`:
+    the relative ridge α of the closed-form fits, 0 for least squares)."""
     i, j = start, start + length
     yy = float(grams.squares[j])
+    drop_error = yy - 2.0 * grams.dots[i, j] + float(grams.squares[i])  # ||h_j - h_i||²
     if variant == "drop":
-        error = yy - 2.0 * grams.dots[i, j] + float(grams.squares[i])
-        return SpanFit(variant, start, length, {}, "none", max(error, 0.0) / yy)
-    if variant in ("mat", "rrr"):
+        return SpanFit(variant, start, length, {}, "none", max(drop_error, 0.0) / yy)
+    if variant == "mat":
         gram, cross = grams.state_grams[i], grams.state_cross[i, j]
-        w, solver = solve_gram(gram, cross)
-        if variant == "rrr":
-            down, up = reduced_rank_parts(w.T, gram, rank)
-            w = (up @ down).T
-            tensors = {"down.weight": down, "up.weight": up}
-        else:
-            tensors = {"weight": w.T}
+        w, solver = solve_gram(gram, cross, ridge)
         error = _squared_error(yy, w, cross, gram)
+        return SpanFit(variant, start, length, {"weight": w.T}, solver, max(error, 0.0) / yy)
+    if variant == "low_rank":
+        # the difference D = h_j - h_i on h_i: Σ h_iᵀD = Σ h_iᵀh_j - Σ h_iᵀh_i
+        gram = grams.state_grams[i]
+        cross = grams.state_cross[i, j] - gram
+        w, solver = solve_gram(gram, cross, ridge)
+        # the best rank-r map for the (ridged) objective: B = 0 is admissible, so its error on
+        # D is at most ||D||², drop's
+        down, up = reduced_rank_parts(w.T, ridged(gram, ridge), rank)
+        w = (up @ down).T
+        error = _squared_error(drop_error, w, cross, gram)
+        tensors = {"down.weight": down, "up.weight": up}
         return SpanFit(variant, start, length, tensors, solver, max(error, 0.0) / yy)
     if variant == "replaceme":
         if i < 1:
@@ -116,7 +148,7 @@ def fit_span(grams: SpanGrams, variant: str, start: int, length: int, rank: int)
         gram = grams.ffn_grams[i]
         # the target is Z = h_j - r_i = h_j - h_i + X_i
         cross = grams.ffn_cross[i, j] - grams.ffn_own[i] + gram
-        t, solver = solve_gram(gram, cross)
+        t, solver = solve_gram(gram, cross, ridge)
         zz = (
             yy
             + float(grams.squares[i])

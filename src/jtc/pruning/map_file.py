@@ -1,7 +1,10 @@
 """The span maps file of depth pruning: one safetensors file per model and corpus
 (results/pruning/{model}/{corpus}/maps.safetensors) holding every span's map, tensors
 `{variant}.start_{i}.length_{n}.{part}` with the parts of jtc.shortcuts.maps.ShortcutMap,
-written by calibrate_pruning and read by run_pruned and the export (numpy, no torch)."""
+written by calibrate_pruning and read by run_pruned and the export (numpy, no torch). Its
+metadata names the model the maps were fitted on, `model` and `model_fingerprint` (its cached
+weights' digest, jtc.model.manifest.model_fingerprint), which the export checks against the
+model it prunes (`model_problem`)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from jtc.files.io import CorruptFileError
+from jtc.files.io import CorruptFileError, read_json
 from jtc.files.tensors import read_tensor_file
+from jtc.model.manifest import model_fingerprint
 from jtc.pruning.fits import SpanFit
 from jtc.shortcuts.maps import PARTS, ShortcutMap, _MapFileWriter
 
 SPAN_FORMAT = "jtc-span-maps-v1"
+MODEL_FINGERPRINT = "model_fingerprint"  # the metadata key of the fitted model's fingerprint
 
 
 def span_tensor_name(variant: str, start: int, length: int, part: str) -> str:
@@ -26,10 +31,14 @@ def span_tensor_name(variant: str, start: int, length: int, part: str) -> str:
 class SpanMapWriter(_MapFileWriter):
     """Writes the span maps of depth pruning (jtc.pruning.fits): add(variant, start,
     length, tensors by part name). For replaceme the map applies to block `start`'s
-    feed-forward output X: h_{start+length} = h_start - X + pred(X)."""
+    feed-forward output X: h_{start+length} = h_start - X + pred(X); low_rank's predicts the
+    difference: h_{start+length} = h_start + pred(h_start)."""
 
     format = SPAN_FORMAT
-    convention = "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i)"
+    convention = (
+        "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i); "
+        "low_rank: h_(i+n) = h_i + pred(h_i)"
+    )
 
     def add(self, variant: str, start: int, length: int, tensors: Mapping[str, np.ndarray]) -> None:
         ShortcutMap(tensors)  # refuse an unknown or incomplete set of parts before writing
@@ -105,3 +114,36 @@ def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:
     """The ReplaceMe transform of a span (weight (d, d), new MLP output X @ weight.T), its
     checksum verified."""
     return load_span_map(path, "replaceme", start, length).tensors["weight"]
+
+
+def model_problem(path: str | Path, model_dir: str | Path) -> str | None:
+    """Why the span maps file `path` does not belong to the cached model `model_dir` (fitted on
+    another model, or on an earlier copy of it whose weights differ, or written before map
+    files recorded the model's fingerprint), naming both; None when it does."""
+    _, meta = read_tensor_file(path, SPAN_FORMAT, "span map", lambda _name: False)
+    name = read_json(Path(model_dir) / "info.json").get("name", Path(model_dir).name)
+    fitted = meta.get("model", "unknown")
+    instead = (
+        f"pass the maps file that calibrate_pruning fitted on model '{name}' "
+        f"(results/pruning/{name}/CORPUS/maps.safetensors; jtc prune --maps FILE)"
+    )
+    if MODEL_FINGERPRINT not in meta:
+        return (
+            f"{path} (maps fitted on model '{fitted}') does not record which model's weights "
+            f"its maps were fitted on (written by an older jtc), so it cannot be checked "
+            f"against model '{name}' ({model_dir}) being pruned: rerun calibrate_pruning for "
+            f"model '{name}' (delete {path} and rerun the snakemake command) and {instead}"
+        )
+    want = model_fingerprint(model_dir)
+    if meta[MODEL_FINGERPRINT] == want:
+        return None
+    return (
+        f"{path} holds maps fitted on model '{fitted}' (weights fingerprint "
+        f"{meta[MODEL_FINGERPRINT]}), not on model '{name}' being pruned ({model_dir}, "
+        f"weights fingerprint {want}): {instead}"
+        + (
+            "; its weights changed since the maps were fitted: rerun calibrate_pruning"
+            if fitted == name
+            else ""
+        )
+    )

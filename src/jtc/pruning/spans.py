@@ -14,7 +14,15 @@ from typing import Any
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
 from jtc.settings import ExportSettings
 
-VARIANTS = ("drop", "mat", "replaceme", "rrr")
+VARIANTS = ("drop", "mat", "replaceme", "low_rank")
+# variants no longer offered: why, and what to list instead
+REPLACED_VARIANTS = {
+    "rrr": (
+        "rrr (a rank-r map h_i -> h_{i+n} that threw the residual stream away) was replaced by "
+        "low_rank (identity plus low rank of the difference: h_{i+n} := h_i + h_i B C, never "
+        "worse than drop on the calibration tokens); list low_rank instead"
+    ),
+}
 # how a span is chosen for each length, on calibration sentences only
 SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
 # lowest_block_influence removes the n blocks of lowest Block Influence, not necessarily
@@ -140,7 +148,7 @@ class StatisticsPlan:
     """Which sums a set of spans and variants needs (what SpanGrams holds)."""
 
     pairs: tuple[tuple[int, int], ...]  # (i, j) with scalar sums: every span, every block
-    state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, rrr)
+    state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, low_rank)
     state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n}
     ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (replaceme)
     ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
@@ -151,7 +159,7 @@ class StatisticsPlan:
         every = {(i, i + n) for v in VARIANTS for i, n in spans(num_layers, lengths, v)}
         linear = [
             (i, i + n)
-            for v in ("mat", "rrr")
+            for v in ("mat", "low_rank")
             if v in variants
             for i, n in spans(num_layers, lengths, v)
         ]

@@ -25,6 +25,7 @@ CALIBRATION_COLUMNS = {
     "block_influence": pa.float64(),  # ShortGPT: Block Influence summed over the span
     "calibration_loss": pa.float64(),  # ||ĥ_{i+n} - h_{i+n}||² / ||h_{i+n}||², the variant's
     "solver": pa.string(),  # cholesky, pinv (fewer calibration tokens than the width), none
+    "ridge": pa.float64(),  # the relative ridge α of the closed-form fits (config pruning.ridge)
     "calibration_tokens": pa.int64(),
 }
 SELECTION_COLUMNS = {
@@ -69,8 +70,9 @@ SELECTED_COLUMNS = {
 }
 
 
-def calibration_table(grams: SpanGrams, fits: list[SpanFit]) -> pa.Table:
-    """CALIBRATION_COLUMNS of every fitted span, from the calibration sums."""
+def calibration_table(grams: SpanGrams, fits: list[SpanFit], ridge: float = 0.0) -> pa.Table:
+    """CALIBRATION_COLUMNS of every fitted span, from the calibration sums (`ridge`: the
+    relative ridge the fits were solved with)."""
     influence = grams.block_influence()
     rows = [
         {
@@ -83,6 +85,7 @@ def calibration_table(grams: SpanGrams, fits: list[SpanFit]) -> pa.Table:
             "block_influence": float(influence[fit.start : fit.start + fit.length].sum()),
             "calibration_loss": fit.loss,
             "solver": fit.solver,
+            "ridge": ridge,
             "calibration_tokens": grams.tokens,
         }
         for fit in fits

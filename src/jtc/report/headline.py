@@ -232,7 +232,7 @@ def _sentence(rows: list[dict]) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    """A perplexity ratio: two decimals, whole numbers from 100 (rrr's run to thousands)."""
+    """A perplexity ratio: two decimals, whole numbers from 100 (a poor stand-in's: thousands)."""
     return _number(value, ".2f" if value is None or value < 100 else ",.0f")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from jtc.pruning.spans import REPLACED_VARIANTS
 from jtc.settings import SCHEMA, RankSettings, resolved
 from jtc.shortcuts.methods import METHODS
 
@@ -162,6 +163,17 @@ def submodule_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
+def replaced_variant_problem(config: dict[str, Any]) -> str | None:
+    """A pruning variant that jtc no longer has (pruning.variants), and what replaced it: checked
+    before the schema, whose enum would only list the variants there are."""
+    section = config.get("pruning")
+    variants = section.get("variants") if isinstance(section, dict) else None
+    for variant in variants if isinstance(variants, list) else []:
+        if isinstance(variant, str) and variant in REPLACED_VARIANTS:
+            return f"config key 'pruning.variants': {REPLACED_VARIANTS[variant]}"
+    return None
+
+
 def pruning_config_problem(config: dict[str, Any]) -> str | None:
     """Depth pruning asked of a model or corpus that is not configured or of a model that
     cannot be scored, or an exported length that is not evaluated."""
@@ -307,7 +319,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Return a validated copy of `config` with defaults filled in; raise ConfigError otherwise."""
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping of keys to values")
-    problem = non_finite_problem(config)
+    problem = non_finite_problem(config) or replaced_variant_problem(config)
     if problem:
         raise ConfigError(problem)
     schema = load_schema()

@@ -27,6 +27,7 @@ def calibrate_pruning(
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.cache import load_model
+    from jtc.model.manifest import model_fingerprint
     from jtc.pruning.calibrate import calibrate
     from jtc.pruning.map_file import save_span_maps
     from jtc.settings import CalibrationSettings
@@ -43,6 +44,7 @@ def calibrate_pruning(
         corpus=corpus,
         batch_size=batch_size,
         max_tokens=max_tokens,
+        fingerprint=model_fingerprint(model_dir),
     )
     save_span_maps(maps_out, done.fits, done.metadata)
     write_table(done.calibration, calibration_out)

@@ -48,6 +48,9 @@ STYLES = {
     "block_influence": (COLORBLIND[1], "s", "--"),
     "measured": (COLORBLIND[2], "^", "-."),
     "lowest_block_influence": (COLORBLIND[3], "D", ":"),
+    # depth pruning's low_rank stand-in (identity plus low rank), where drawn as a line: as rrr,
+    # the shortcut method closest to it
+    "low_rank": (COLORBLIND[2], "^", "--"),
 }
 _MARKERS = "os^vDPX*hp<>"
 _LINES = ("-", "--", "-.", ":")
