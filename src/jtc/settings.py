@@ -208,6 +208,19 @@ class ExportSettings(Settings):
 
 
 @dataclasses.dataclass(frozen=True)
+class BenchmarkSettings(Settings):
+    """Accuracy on standard tasks through lm-evaluation-harness (config pruning.benchmarks, a
+    sub-block: `BenchmarkSettings.param(config, "benchmarks")`; jtc.measures.benchmarks)."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    tasks: tuple[str, ...]
+    """lm-eval tasks (jtc.measures.tasks.TASKS)."""
+    limit: int
+    """Documents per task, the first of its validation split."""
+
+
+@dataclasses.dataclass(frozen=True)
 class RankSettings(Settings):
     """A low-rank method's rank and layer pairs (config training.<method>; alone for rrr, which
     is solved in closed form: unset, they are njtc's)."""

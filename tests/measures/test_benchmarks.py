@@ -146,3 +146,65 @@ def test_a_tokenizer_without_bos_or_eos_is_refused():
 
     with pytest.raises(ValueError, match="BOS"):
         _check_tokenizer(make_tokenizer("causal"))
+
+
+def test_the_table_and_figure_stages_write_their_files(tmp_path):
+    from jtc.files.io import read_table, write_table
+    from jtc.stages.benchmarks import benchmark_table, plot_benchmarks
+
+    scores = {
+        ("full", "piqa"): [1, 1, 0, 1],
+        ("drop", "piqa"): [1, 0, 0, 1],
+        ("full", "winogrande"): [1, 0, 1],
+        ("drop", "winogrande"): [0, 1, 1],
+    }
+    documents = _documents(scores)
+    documents = documents.set_column(
+        documents.schema.get_field_index("acc_norm"),
+        "acc_norm",
+        pa.array(
+            [
+                None if t == "winogrande" else a
+                for t, a in zip(
+                    documents.column("task").to_pylist(),
+                    documents.column("acc").to_pylist(),
+                    strict=True,
+                )
+            ],
+            pa.float64(),
+        ),
+    )
+    write_table(documents, tmp_path / "benchmarks.parquet")
+    settings = IntervalSettings.param({"prediction": IntervalSettings.defaults().__dict__})
+    benchmark_table(
+        str(tmp_path / "benchmarks.parquet"),
+        str(tmp_path / "accuracy.parquet"),
+        str(tmp_path / "retained.parquet"),
+        model="m",
+        corpus="c",
+        settings=settings,
+        seed=0,
+    )
+    accuracy = read_table(tmp_path / "accuracy.parquet")
+    assert set(accuracy.column("metric").to_pylist()) == {"acc", "acc_norm"}
+    assert (tmp_path / "retained.csv").is_file() and (tmp_path / "accuracy.html").is_file()
+    plot_benchmarks(
+        str(tmp_path / "accuracy.parquet"),
+        str(tmp_path / "retained.parquet"),
+        str(tmp_path / "b.png"),
+        str(tmp_path / "b.pdf"),
+        model="m",
+        corpus="c",
+    )
+    assert (tmp_path / "b.png").stat().st_size > 0 and (tmp_path / "b.pdf").stat().st_size > 0
+
+
+def test_the_schema_offers_exactly_the_known_tasks():
+    import yaml
+
+    from jtc.settings import SCHEMA, BenchmarkSettings
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    spec = schema["properties"]["pruning"]["properties"]["benchmarks"]["properties"]["tasks"]
+    assert spec["items"]["enum"] == list(TASKS)
+    assert set(BenchmarkSettings.defaults("benchmarks").tasks) <= set(TASKS)
