@@ -208,3 +208,18 @@ def test_the_schema_offers_exactly_the_known_tasks():
     spec = schema["properties"]["pruning"]["properties"]["benchmarks"]["properties"]["tasks"]
     assert spec["items"]["enum"] == list(TASKS)
     assert set(BenchmarkSettings.defaults("benchmarks").tasks) <= set(TASKS)
+
+
+@needs_data
+def test_the_task_stage_writes_files_that_point_where_the_folder_ends_up(tmp_path):
+    import yaml
+
+    from jtc.stages.benchmarks import benchmark_tasks
+
+    out = tmp_path / "tasks"
+    benchmark_tasks(str(out), settings={"tasks": ["piqa"], "limit": 2})
+    config = yaml.safe_load((out / "piqa.yaml").read_text())
+    assert config["dataset_kwargs"]["data_files"]["validation"] == str(
+        (out / "piqa.jsonl").resolve()
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks"]  # no temporary folder left

