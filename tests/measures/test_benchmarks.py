@@ -119,6 +119,12 @@ def test_accuracy_difference_and_retained_against_a_direct_computation():
     assert by["full"]["retained_low"] == pytest.approx(100.0)
     assert by["drop"]["retained_low"] <= expected <= by["drop"]["retained_high"]
     assert by["drop"]["tasks"] == 2
+    # a task the full model scores 0 on has no ratio: the mean is over the others
+    zero = {**scores, ("full", "arc_easy"): [0, 0], ("drop", "arc_easy"): [1, 0]}
+    _, retained = benchmark_tables(_documents(zero), settings, 0, model="m", corpus="c")
+    by = {r["variant"]: r for r in retained.to_pylist()}
+    assert by["drop"]["retained_percent"] == pytest.approx(expected)
+    assert by["drop"]["tasks"] == 2
     # the paired resamples: the difference's interval, from the same resamples as the accuracy
     counts = bootstrap_counts(4, 200, 0)  # piqa: the first task, seed + 0
     diff = counts @ (np.array(scores["drop", "piqa"]) - scores["full", "piqa"]) / 4

@@ -2,10 +2,13 @@
 accuracy for the full model and each pruned model, with a paired bootstrap interval of the
 difference to the full model; and each pruned model's share of the full model's accuracy kept,
 ReplaceMe's "% retained": the mean over tasks of accuracy pruned / accuracy full, each task's
-metric acc_norm where lm-eval reports it, else acc. Every interval resamples the documents of
+metric acc_norm where lm-eval reports it, else acc (a task on which the full model scored 0
+left out). Every interval resamples the documents of
 each task, the same resamples for every subject (paired)."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +39,7 @@ RETAINED_COLUMNS = {
     "model": pa.string(),
     "corpus": pa.string(),
     **SUBJECT_COLUMNS,
-    "tasks": pa.int64(),
+    "tasks": pa.int64(),  # tasks on which the full model's accuracy is above 0
     "retained_percent": pa.float64(),  # 100 · mean over tasks of accuracy / the full model's
     "retained_low": pa.float64(),
     "retained_high": pa.float64(),
@@ -136,15 +139,20 @@ def benchmark_tables(
                 resampled_ratios.append(_ratio(resampled, resampled[:, [full]]))
     retained_rows = []
     if ratios:
-        retained = 100.0 * np.mean(ratios, axis=0)
-        low, high = _interval(100.0 * np.mean(resampled_ratios, axis=0), settings.confidence_level)
+        # a task whose full model scored 0 has no ratio: the mean is over the other tasks
+        defined = int(np.isfinite(np.array(ratios)[:, full]).sum())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # every task undefined: NaN
+            retained = 100.0 * np.nanmean(ratios, axis=0)
+            resampled = 100.0 * np.nanmean(np.array(resampled_ratios), axis=0)
+        low, high = _interval(resampled, settings.confidence_level)
         for j, subject in enumerate(subjects):
             retained_rows.append(
                 {
                     "model": model,
                     "corpus": corpus,
                     **dict(zip(_SUBJECT, subject, strict=True)),
-                    "tasks": len(ratios),
+                    "tasks": defined,
                     "retained_percent": retained[j],
                     "retained_low": low[j],
                     "retained_high": high[j],
