@@ -213,7 +213,7 @@ def test_the_schema_offers_exactly_the_known_tasks():
     schema = yaml.safe_load(SCHEMA.read_text())
     spec = schema["properties"]["pruning"]["properties"]["benchmarks"]["properties"]["tasks"]
     assert spec["items"]["enum"] == list(TASKS)
-    assert set(BenchmarkSettings.defaults("benchmarks").tasks) <= set(TASKS)
+    assert set(BenchmarkSettings.defaults().tasks) <= set(TASKS)
 
 
 @needs_data

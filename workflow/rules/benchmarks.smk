@@ -15,7 +15,7 @@ rule benchmark_tasks:
     conda:
         "../envs/jtc.yaml"
     params:
-        settings=BenchmarkSettings.param(config, "benchmarks"),
+        settings=BenchmarkSettings.param(config),
         code=code_hash("benchmark_tasks"),
     script:
         "../scripts/benchmark_tasks.py"
@@ -41,7 +41,7 @@ rule run_benchmarks:
         runtime=runtime("run_benchmarks"),
         gpu_memory_percent=gpu_share("run_benchmarks"),
     params:
-        settings=BenchmarkSettings.param(config, "benchmarks"),
+        settings=BenchmarkSettings.param(config),
         selection_rule=config["pruning"]["export_selection"],
         variants=list(config["pruning"]["variants"]),
         batch_size=config["batch_size"],

@@ -173,7 +173,7 @@ def _benchmark_shape(config: dict[str, Any], shape: Shape) -> Shape:
     """A run_benchmarks job's requests (rows: up to four choices of every document of every
     task, REQUEST_TOKENS long) and measured models (runs: the full model and one per length
     and variant; config pruning.benchmarks)."""
-    benchmarks = BenchmarkSettings.from_config(config, "benchmarks")
+    benchmarks = BenchmarkSettings.from_config(config)
     lengths = resolved_lengths(config["pruning"]["lengths"], shape.layers)
     return dataclasses.replace(
         shape,
