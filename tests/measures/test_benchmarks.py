@@ -19,6 +19,7 @@ from jtc.measures.benchmark_tables import benchmark_tables
 from jtc.measures.benchmarks import DOCUMENT_COLUMNS, run_benchmarks
 from jtc.measures.subjects import FULL_MODEL, Subject, subject_columns
 from jtc.measures.tasks import TASKS, read_documents, read_task_configs, write_tasks
+from jtc.pruning.map_file import SpanMapWriter
 from jtc.settings import IntervalSettings
 
 needs_data = pytest.mark.skipif(
@@ -58,23 +59,31 @@ def test_a_limit_beyond_a_task_takes_the_whole_task():
 
 @needs_data
 @needs_lm_eval
-def test_lm_eval_scores_every_document_of_the_full_and_a_pruned_model(tmp_path):
+def test_lm_eval_scores_every_document_of_the_full_and_the_pruned_models(tmp_path):
     model, adapter = make("llama")
     tokenizer = make_tokenizer("causal")
     tokenizer.eos_token = "[SEP]"  # lm-eval's prefix token
     names = ["piqa", "winogrande"]
     write_tasks(tmp_path, names, 2)
-    subjects = [FULL_MODEL, Subject("drop", 2, 1, "3-4")]
+    # a drop (the blocks deleted) and a mat subject (a hook applying the span's map)
+    subjects = [FULL_MODEL, Subject("drop", 2, 1, "3-4"), Subject("mat", 2, 1, "3-4")]
+    maps = tmp_path / "maps.safetensors"
+    width = model.config.hidden_size
+    weight = np.eye(width, dtype=np.float32) + 0.01 * np.random.default_rng(0).standard_normal(
+        (width, width), dtype=np.float32
+    )
+    with SpanMapWriter(maps, {"calibration_tokens": 1}) as writer:
+        writer.add("mat", 1, 2, {"weight": weight})
     configs = read_task_configs(tmp_path, names)
     run = lambda: run_benchmarks(  # noqa: E731
-        model, tokenizer, adapter, subjects, tmp_path / "none", configs, batch_size=4, seed=0
+        model, tokenizer, adapter, subjects, maps, configs, batch_size=4, seed=0
     )
     documents = run()
     assert documents.schema.names == list(DOCUMENT_COLUMNS)
-    assert documents.num_rows == 2 * 2 * 2
+    assert documents.num_rows == 3 * 2 * 2
     rows = documents.to_pylist()
     assert {(r["variant"], r["task"], r["doc_id"]) for r in rows} == {
-        (v, t, d) for v in ("full", "drop") for t in names for d in (0, 1)
+        (v, t, d) for v in ("full", "drop", "mat") for t in names for d in (0, 1)
     }
     assert all(r["acc"] in (0.0, 1.0) for r in rows)
     assert all((r["acc_norm"] is None) == (r["task"] == "winogrande") for r in rows)
