@@ -20,7 +20,7 @@ FULL = "full"  # jtc.measures.subjects.FULL (report does not import measures' mo
 def _label(row: dict) -> str:
     if row["variant"] == FULL:
         return FULL
-    return f"{row['variant']}, −{row['removed']}"
+    return f"{row['variant']} ({row['removed']} removed)"
 
 
 def _floats(values) -> np.ndarray:
