@@ -23,6 +23,7 @@ REPLACED = f"{RESULTS}/submodules/{{model}}/{{corpus}}/replaced.parquet"
 # depth pruning: each span's maps and calibration statistics, the chosen spans, the runs
 PRUNING = f"{RESULTS}/pruning/{{model}}/{{corpus}}"
 PRUNED = f"{RESULTS}/pruned/{{model}}/{{corpus}}"  # the pruned model, a Hugging Face folder
+BENCHMARK_TASKS = f"{RESULTS}/benchmarks/tasks"  # lm-eval's task files (jtc.measures.tasks)
 METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parquet
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
 HEADLINE = f"{RESULTS}/metrics/headline.parquet"  # the headline numbers of every model, corpus

@@ -61,6 +61,8 @@ class Settings:
     block in BLOCK."""
 
     BLOCK: ClassVar[str]
+    # a sub-block of BLOCK that the object always reads (pruning.benchmarks), else None
+    SUB_BLOCK: ClassVar[str | None] = None
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -70,6 +72,7 @@ class Settings:
     def param(cls, config: Mapping[str, Any], method: str | None = None) -> dict[str, Any]:
         """The rule's one param: the keys of the checked config's block (its sub-block
         `method`, for training) that this object reads."""
+        method = method if method is not None else cls.SUB_BLOCK
         block = config[cls.BLOCK] if method is None else config[cls.BLOCK][method]
         return {key: block[key] for key in cls.keys()}
 
@@ -95,7 +98,7 @@ class Settings:
     @classmethod
     def defaults(cls, method: str | None = None, /, **changes: Any) -> Self:
         """The schema's defaults (of training.<method>, for training), with `changes`."""
-        defaults = _schema_defaults(cls.BLOCK, method)
+        defaults = _schema_defaults(cls.BLOCK, method if method is not None else cls.SUB_BLOCK)
         return cls.of({**{key: defaults[key] for key in cls.keys()}, **changes})
 
 
@@ -209,6 +212,20 @@ class ExportSettings(Settings):
     default: angular_distance)."""
     export_variant: str
     """replaceme (the map folded into the block before the span) or drop."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings(Settings):
+    """Accuracy on standard tasks through lm-evaluation-harness (config pruning.benchmarks, a
+    sub-block; jtc.measures.benchmarks)."""
+
+    BLOCK: ClassVar[str] = "pruning"
+    SUB_BLOCK: ClassVar[str | None] = "benchmarks"
+
+    tasks: tuple[str, ...]
+    """lm-eval tasks (jtc.measures.tasks.TASKS)."""
+    limit: int
+    """Documents per task, the first of its validation split."""
 
 
 @dataclasses.dataclass(frozen=True)

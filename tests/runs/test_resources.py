@@ -24,6 +24,7 @@ STAGES = [
     "train_map",
     "r2_table",
     "decode_predictions",
+    "run_benchmarks",
 ]
 
 
@@ -72,6 +73,7 @@ GPU_STAGES = [
     "fit_shortlist",
     "decode_predictions",
     "prediction_examples",
+    "run_benchmarks",
 ]
 
 

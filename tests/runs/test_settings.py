@@ -24,6 +24,8 @@ from jtc.shortcuts.methods import METHODS, settings_of, settings_param
 READ_ELSEWHERE = {
     ("pruning", "models"): "planning: which models get pruning jobs (jtc.runs.planning)",
     ("pruning", "corpora"): "planning: which corpora get pruning jobs (jtc.runs.planning)",
+    ("pruning", "benchmarks"): "a sub-block, read by BenchmarkSettings (SUB_BLOCK)",
+    ("pruning", "in_all"): "planning: pruning.benchmarks.in_all, whether all runs them",
 }
 
 
@@ -94,8 +96,8 @@ def blocks_read() -> dict[tuple[str, str | None], list[type[Settings]]]:
         if cls.BLOCK == "training":
             parts = [(cls.BLOCK, m) for m, spec in METHODS.items() if spec.settings is cls]
             assert parts, f"{cls.__name__}: the object of no method"
-        else:
-            parts = [(cls.BLOCK, None)]
+        else:  # a block, or its sub-block (pruning.benchmarks)
+            parts = [(cls.BLOCK, cls.SUB_BLOCK)]
         for part in parts:
             read.setdefault(part, []).append(cls)
     return read

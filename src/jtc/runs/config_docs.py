@@ -90,11 +90,15 @@ def _text(spec: Mapping[str, Any], key: str) -> str:
 
 
 def _rows(node: Mapping[str, Any], schema: Mapping, own: set[str]) -> Iterator[tuple[str, dict]]:
-    """(key, its spec) of a block's keys; at the top level a mapping without its own table as
-    dotted keys, and the blocks with their own tables left out."""
+    """(key, its spec) of a block's keys, a sub-block's (pruning.benchmarks) as dotted keys; at
+    the top level a mapping without its own table as dotted keys, and the blocks with their own
+    tables left out."""
     for key, raw in node["properties"].items():
         spec = resolved(raw, schema)
-        if node is not schema:
+        if node is not schema and spec.get("type") == "object" and "properties" in spec:
+            for sub, sub_spec in spec["properties"].items():  # a sub-block: dotted keys
+                yield f"{key}.{sub}", resolved(sub_spec, schema)
+        elif node is not schema:
             yield key, spec
         elif key in own:
             continue

@@ -255,6 +255,8 @@ class Experiment:
                     names += ["submodule_table", "plot_submodules"]
                 if self.prunes(model, corpus):
                     names += ["calibrate_pruning", "run_pruned", "pruning_tables", "plot_pruning"]
+                    if self.pruning.get("benchmarks", {}).get("in_all", False):
+                        names += ["run_benchmarks", "benchmark_table", "plot_benchmarks"]
                 for name in names:
                     targets += outputs_of(name, **done)
         return targets

@@ -22,7 +22,7 @@ from jtc import paths
 from jtc.data.states import KEEP_BYTES
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.runs.config import split_positions
-from jtc.settings import CalibrationSettings, SpanRunSettings, TrainSettings
+from jtc.settings import BenchmarkSettings, CalibrationSettings, SpanRunSettings, TrainSettings
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import jump_layers
 
@@ -35,6 +35,9 @@ TORCH_FREE_BASE_MB = 250
 TORCH_FREE = ("r2_table", "fit_parts", "part_r2_table")  # stages whose jobs import no torch
 MARGIN = 1.15  # on what a job holds beyond the interpreter: allocator slack, what is not counted
 MIN_RUNTIME = 10  # minutes
+# lm-eval's requests (a document's choices, each context and continuation) are taken this long
+# (HellaSwag's run to 100-150 SmolLM2 tokens; ARC's and PIQA's are shorter, BoolQ's longer)
+REQUEST_TOKENS = 160
 # an English sentence's tokens, counted for positions_per_sentence "all" (news: 58,809 tokens in
 # 2,000 sentences truncated to 64, 29.4 each, SmolLM2's tokenizer; 2026-11-27)
 SENTENCE_TOKENS = 40
@@ -56,6 +59,7 @@ class Shape:
     jumps: int = 1
     matrices: int = 0  # calibrate_pruning: the d × d float64 sums it holds
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
+    batch: int = 32  # run_benchmarks: lm-eval's requests per batch (config batch_size)
 
     @property
     def sentences(self) -> int:
@@ -133,6 +137,8 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
     shape = dataclasses.replace(shape, positions=positions)
     if stage in ("calibrate_pruning", "run_pruned"):
         return _pruning_shape(stage, config, shape)
+    if stage == "run_benchmarks":
+        return _benchmark_shape(config, shape)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -161,6 +167,21 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
     # every span of every variant, and the non-consecutive set of each length
     runs = sum(len(spans(shape.layers, lengths, v)) for v in span_runs.variants) + len(lengths)
     return dataclasses.replace(shape, rows=span_runs.evaluation_sentences, runs=runs)
+
+
+def _benchmark_shape(config: dict[str, Any], shape: Shape) -> Shape:
+    """A run_benchmarks job's requests (rows: up to four choices of every document of every
+    task, REQUEST_TOKENS long) and measured models (runs: the full model and one per length
+    and variant; config pruning.benchmarks)."""
+    benchmarks = BenchmarkSettings.from_config(config)
+    lengths = resolved_lengths(config["pruning"]["lengths"], shape.layers)
+    return dataclasses.replace(
+        shape,
+        rows=4 * benchmarks.limit * len(benchmarks.tasks),
+        tokens=REQUEST_TOKENS,
+        runs=1 + len(lengths) * len(config["pruning"]["variants"]),
+        batch=config["batch_size"],
+    )
 
 
 def rows_per_sentence(config: dict[str, Any], split: str) -> int:
@@ -253,6 +274,9 @@ def _data_mb(stage: str, shape: Shape) -> float:
         need = s.model_mb + s.head_mb + 3 * 64 + (2 * s.layers + 1) * sequence_mb + square_mb
     elif stage == "export_pruned":  # the model, and its weights serialised
         need = 2 * s.model_mb
+    elif stage == "run_benchmarks":  # the model and a pruned copy; a batch's logits at every
+        # position and their log-softmax (float32)
+        need = 2 * s.model_mb + 2 * s.batch * s.tokens * s.vocab * 4 / 1e6 + 256
     else:
         need = 500
     return need
@@ -278,6 +302,8 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         tokens = s.rows * s.tokens / 2
         flop = 2 * s.parameters * tokens * (1 + s.runs / 2)
         flop += (s.runs + 1) * 2 * tokens * s.width * s.vocab
+    elif stage == "run_benchmarks":  # every request through each measured model
+        flop = 2 * s.parameters * s.rows * s.tokens * s.runs
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
     elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target;

