@@ -191,6 +191,35 @@ class SpanRunSettings(Settings):
     """What stands in for the removed blocks."""
     evaluation_sentences: int
     """Validation sentences (the first of the split) whose every token is scored."""
+    selected_sentences: int
+    """Validation sentences (the first of the split) on which the chosen spans are scored."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSettings(Settings):
+    """Perplexity at a real context (config pruning.context, jtc.measures.context): windows of
+    held-out documents; read with `ContextSettings.param(config, "context")`."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    lengths: tuple[int, ...]
+    """Tokens per window, each size measured on its own windows."""
+    windows: int
+    """Windows per size, at most (fewer where the held-out documents are shorter)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSettings(Settings):
+    """Generation fidelity (config pruning.generation, jtc.measures.fidelity): greedy
+    continuations of held-out prompts; read with `GenerationSettings.param(config,
+    "generation")`."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    prompts: int
+    """Validation sentences (after those the span runs score) continued."""
+    new_tokens: int
+    """Tokens each prompt is continued by."""
 
 
 @dataclasses.dataclass(frozen=True)

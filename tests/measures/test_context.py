@@ -11,9 +11,9 @@ from pruneable import TOKENIZER, make
 from tiny import SENTENCES
 
 from jtc.data.corpus import select_split
+from jtc.measures.checks import context_problem
 from jtc.measures.context import (
     context_perplexity,
-    context_problem,
     cut_windows,
     held_out_documents,
     token_stream,

@@ -10,7 +10,8 @@ import torch
 from pruneable import TOKENIZER, make
 from tiny import SENTENCES
 
-from jtc.measures.fidelity import compared, generation_fidelity, generation_problem, prompt_inputs
+from jtc.measures.checks import generation_problem
+from jtc.measures.fidelity import compared, generation_fidelity, prompt_inputs
 from jtc.pruning.pruned import pruned_copy
 
 NEW = 6
@@ -66,7 +67,7 @@ def test_full_agrees_with_itself_and_pruned_matches_stepwise():
     got = generation_fidelity(
         model, TOKENIZER, info, corpus(), selection(), "unused.safetensors",
         prompts=3, new_tokens=NEW, skip=2, rule="measured", variants=["drop"],
-        corpus="test", max_tokens=64,
+        corpus="test", max_tokens=64, batch_size=2,
     ).to_pylist()  # fmt: skip
     full = [r for r in got if r["variant"] == "full"]
     drop = [r for r in got if r["variant"] == "drop"]

@@ -27,6 +27,7 @@ from torch import nn
 from jtc.data.corpus import select_split
 from jtc.files.io import rows_table
 from jtc.logs import Progress
+from jtc.measures.checks import LOGITS_ELEMENTS, context_problem
 from jtc.measures.subjects import (
     SUBJECT_COLUMNS,
     Subject,
@@ -48,24 +49,6 @@ WINDOW_COLUMNS = {
     "agreement": pa.int64(),  # positions whose top-1 token is the full model's
     "windows_wanted": pa.int64(),  # pruning.context.windows: more than the corpus gave, if less
 }
-
-
-def context_problem(
-    contexts: Sequence[int], windows: int, max_positions: int | None, model: str
-) -> str | None:
-    """What is wrong with the context settings for a model of `max_positions` positions (None:
-    unknown), or None."""
-    if windows < 1:
-        return f"pruning.context.windows is {windows}: it must be at least 1"
-    for context in contexts:
-        if context < 2:
-            return f"pruning.context.lengths has {context}: a window needs at least 2 tokens"
-        if max_positions is not None and context > max_positions:
-            return (
-                f"pruning.context.lengths has {context} tokens, more than model '{model}' "
-                f"takes ({max_positions} positions): lower it"
-            )
-    return None
 
 
 def held_out_documents(sentences: pa.Table, calibration_sentences: int, corpus: str) -> list[str]:
@@ -112,8 +95,11 @@ def window_scores(
     model: nn.Module, windows: np.ndarray, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(cross entropy, top-1 token) at every position of every window with a next token in it,
-    each (windows, context - 1), from the model's own logits (float32)."""
+    each (windows, context - 1), from the model's own logits (float32); batches of at most
+    `batch_size` windows and LOGITS_ELEMENTS logits."""
     device = next(model.parameters()).device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    batch_size = max(1, min(batch_size, LOGITS_ELEMENTS // (windows.shape[1] * vocab)))
     losses, top = [], []
     for first in range(0, len(windows), batch_size):
         ids = torch.as_tensor(windows[first : first + batch_size], device=device)

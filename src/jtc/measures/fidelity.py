@@ -1,7 +1,7 @@
 """Generation fidelity (torch): how long a pruned model's greedy continuation stays the full
 model's. Held-out prompts (validation sentences after those the span runs score, each whole,
 truncated to the token limit) are continued by `new_tokens` greedy tokens (model.generate,
-do_sample False, KV cache), one prompt at a time (no padding), by the full model and each
+do_sample False, KV cache), prompts batched and padded on the left, by the full model and each
 pruned subject (jtc.measures.subjects); per prompt, the tokens generated before the first
 difference from the full model's continuation and the positions that agree. A continuation
 that ends early (the end-of-sequence token) is padded with -1: positions where both ended
@@ -21,6 +21,7 @@ from torch import nn
 from jtc.data.corpus import select_split
 from jtc.files.io import rows_table
 from jtc.logs import Progress
+from jtc.measures.checks import generation_problem
 from jtc.measures.subjects import (
     SUBJECT_COLUMNS,
     Subject,
@@ -40,15 +41,6 @@ PROMPT_COLUMNS = {
 }
 
 
-def generation_problem(prompts: int, new_tokens: int) -> str | None:
-    """What is wrong with the generation settings, or None."""
-    if prompts < 1:
-        return f"pruning.generation.prompts is {prompts}: it must be at least 1"
-    if new_tokens < 1:
-        return f"pruning.generation.new_tokens is {new_tokens}: it must be at least 1"
-    return None
-
-
 def prompt_inputs(
     tokenizer, sentences: pa.Table, skip: int, prompts: int, corpus: str, max_tokens: int
 ) -> tuple[list[np.ndarray], np.ndarray]:
@@ -63,15 +55,22 @@ def prompt_inputs(
 
 
 @torch.inference_mode()
-def greedy(model: nn.Module, prompt: np.ndarray, new_tokens: int, pad_id: int) -> np.ndarray:
-    """The model's greedy continuation of one prompt, `new_tokens` long (-1 after an early
-    end)."""
+def greedy(
+    model: nn.Module, prompts: Sequence[np.ndarray], new_tokens: int, pad_id: int
+) -> np.ndarray:
+    """(prompts, new_tokens): the model's greedy continuation of each prompt, the prompts in
+    one batch padded on the left (-1 after an early end)."""
     device = next(model.parameters()).device
-    ids = torch.as_tensor(prompt[None], device=device)
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.as_tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
     out = (
         model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
             max_new_tokens=new_tokens,
             do_sample=False,
             num_beams=1,
@@ -80,17 +79,18 @@ def greedy(model: nn.Module, prompt: np.ndarray, new_tokens: int, pad_id: int) -
             temperature=None,
             top_p=None,
             top_k=None,
-        )[0, len(prompt) :]
+        )[:, width:]
         .cpu()
         .numpy()
     )
-    padded = np.full(new_tokens, -1, dtype=np.int64)
-    padded[: len(out)] = out
+    padded = np.full((len(prompts), new_tokens), -1, dtype=np.int64)
+    padded[:, : out.shape[1]] = out
     eos = getattr(model.generation_config, "eos_token_id", None)
     ends = np.atleast_1d(eos) if eos is not None else np.zeros(0, dtype=np.int64)
-    ended = np.flatnonzero(np.isin(padded, ends))
-    if len(ended):  # what generate pads with after the end is not generated
-        padded[ended[0] + 1 :] = -1
+    for row in padded:
+        ended = np.flatnonzero(np.isin(row, ends))
+        if len(ended):  # what generate pads with after the end is not generated
+            row[ended[0] + 1 :] = -1
     return padded
 
 
@@ -117,6 +117,7 @@ def generation_fidelity(
     variants: Sequence[str],
     corpus: str,
     max_tokens: int,
+    batch_size: int,
 ) -> pa.Table:
     """PROMPT_COLUMNS of every subject (the full model, then each length and variant at the
     span `rule` chose) on the same prompts: validation sentences after the first `skip`."""
@@ -128,15 +129,20 @@ def generation_fidelity(
     subjects: list[Subject] = measured_subjects(selection, rule, variants)
     adapter = adapter_of(info)
     progress = Progress(len(subjects), "generation fidelity", "subjects")
-    full: list[np.ndarray] = []
+    full = np.zeros((0, new_tokens), dtype=np.int64)
     rows = []
     for subject in subjects:
         net = subject_model(model, adapter, subject, maps)
+        got = np.concatenate(
+            [
+                greedy(net, inputs[first : first + batch_size], new_tokens, pad)
+                for first in range(0, len(inputs), batch_size)
+            ]
+        )
+        if subject == subjects[0]:  # the full model
+            full = got
         for p, prompt in enumerate(inputs):
-            got = greedy(net, prompt, new_tokens, pad)
-            if not full or len(full) <= p:
-                full.append(got)  # the first subject is the full model
-            first, agreement = compared(got, full[p])
+            first, agreement = compared(got[p], full[p])
             rows.append(
                 {
                     **subject_columns(subject),
