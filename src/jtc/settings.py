@@ -5,7 +5,8 @@ names while it plans).
 A rule passes the block as one param, `settings=EarlyExitSettings.param(config)`; the stage
 turns it into the object with `EarlyExitSettings.of(params.settings)` and hands that to the
 library. The training block has one sub-block per method (training.<method>), which `param`,
-`defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`. A new key is
+`defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`; an object of a
+fixed sub-block names it in PART (pruning.context: ContextSettings). A new key is
 therefore added in two places: the config schema (its type, bounds, default and description,
 src/jtc/runs/config.schema.yaml) and the field here, where the library reads it. Defaults are
 the schema's, never retyped: the workflow's checked config has them filled in, and `defaults()`
@@ -61,6 +62,8 @@ class Settings:
     block in BLOCK."""
 
     BLOCK: ClassVar[str]
+    # the sub-block of BLOCK the object reads (pruning.context), None: the block itself
+    PART: ClassVar[str | None] = None
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -70,6 +73,7 @@ class Settings:
     def param(cls, config: Mapping[str, Any], method: str | None = None) -> dict[str, Any]:
         """The rule's one param: the keys of the checked config's block (its sub-block
         `method`, for training) that this object reads."""
+        method = method or cls.PART
         block = config[cls.BLOCK] if method is None else config[cls.BLOCK][method]
         return {key: block[key] for key in cls.keys()}
 
@@ -95,7 +99,7 @@ class Settings:
     @classmethod
     def defaults(cls, method: str | None = None, /, **changes: Any) -> Self:
         """The schema's defaults (of training.<method>, for training), with `changes`."""
-        defaults = _schema_defaults(cls.BLOCK, method)
+        defaults = _schema_defaults(cls.BLOCK, method or cls.PART)
         return cls.of({**{key: defaults[key] for key in cls.keys()}, **changes})
 
 
@@ -198,9 +202,10 @@ class SpanRunSettings(Settings):
 @dataclasses.dataclass(frozen=True)
 class ContextSettings(Settings):
     """Perplexity at a real context (config pruning.context, jtc.measures.context): windows of
-    held-out documents; read with `ContextSettings.param(config, "context")`."""
+    held-out documents."""
 
     BLOCK: ClassVar[str] = "pruning"
+    PART: ClassVar[str | None] = "context"
 
     lengths: tuple[int, ...]
     """Tokens per window, each size measured on its own windows."""
@@ -211,10 +216,10 @@ class ContextSettings(Settings):
 @dataclasses.dataclass(frozen=True)
 class GenerationSettings(Settings):
     """Generation fidelity (config pruning.generation, jtc.measures.fidelity): greedy
-    continuations of held-out prompts; read with `GenerationSettings.param(config,
-    "generation")`."""
+    continuations of held-out prompts."""
 
     BLOCK: ClassVar[str] = "pruning"
+    PART: ClassVar[str | None] = "generation"
 
     prompts: int
     """Validation sentences (after those the span runs score) continued."""

@@ -34,7 +34,7 @@ rule context_perplexity:
         runtime=runtime("context_perplexity"),
         gpu_memory_percent=gpu_share("context_perplexity"),
     params:
-        settings=ContextSettings.param(config, "context"),
+        settings=ContextSettings.param(config),
         calibration=CalibrationSettings.param(config),
         export=ExportSettings.param(config),
         batch_size=config["batch_size"],
@@ -64,7 +64,7 @@ rule generation_fidelity:
         runtime=runtime("generation_fidelity"),
         gpu_memory_percent=gpu_share("generation_fidelity"),
     params:
-        settings=GenerationSettings.param(config, "generation"),
+        settings=GenerationSettings.param(config),
         span_runs=SpanRunSettings.param(config),
         export=ExportSettings.param(config),
         batch_size=config["batch_size"],

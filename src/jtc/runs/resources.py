@@ -184,10 +184,10 @@ def _measures_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
     span_runs = SpanRunSettings.from_config(config)
     subjects = 1 + len(resolved_lengths(span_runs.lengths, shape.layers)) * len(span_runs.variants)
     if stage == "context_perplexity":
-        context = ContextSettings.from_config(config, "context")
+        context = ContextSettings.from_config(config)
         rows, tokens = context.windows * len(context.lengths), max(context.lengths)
     else:
-        generation = GenerationSettings.from_config(config, "generation")
+        generation = GenerationSettings.from_config(config)
         rows, tokens = generation.prompts, config["max_tokens"] + generation.new_tokens
     return dataclasses.replace(shape, rows=rows, tokens=tokens, runs=subjects)
 
