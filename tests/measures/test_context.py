@@ -120,3 +120,15 @@ def test_full_against_itself_and_drop_against_a_direct_computation():
         assert r["window"] == w and r["removed"] == "2-3"
         assert r["cross_entropy"] == pytest.approx(float(loss[w].sum()), rel=1e-5)
         assert r["cross_entropy_full"] == pytest.approx(full[w]["cross_entropy"])
+
+
+def test_planning_refuses_a_context_beyond_the_models_positions():
+    from configs import BASE
+
+    from jtc.runs.config import validate_config
+    from jtc.runs.planning import measures_problem
+
+    pruning = validate_config(BASE)["pruning"]
+    assert measures_problem("tiny", 8192, pruning) is None
+    problem = measures_problem("tiny", 256, pruning)
+    assert "pruning.context.lengths" in problem and "256 positions" in problem
