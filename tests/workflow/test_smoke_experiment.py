@@ -42,6 +42,9 @@ EVERY_STAGE = {
     "run_pruned",
     "pruning_tables",
     "plot_pruning",
+    "context_perplexity",
+    "generation_fidelity",
+    "measure_tables",
     "all",
 }
 
