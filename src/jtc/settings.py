@@ -185,7 +185,8 @@ class CalibrationSettings(Settings):
 @dataclasses.dataclass(frozen=True)
 class SpanRunSettings(Settings):
     """Depth pruning's evaluation runs (config pruning): every span of every length and
-    variant, and the spans the selection rules chose, on the evaluation sentences."""
+    variant on the evaluation sentences, and the spans the selection rules chose on the
+    selected sentences."""
 
     BLOCK: ClassVar[str] = "pruning"
 
