@@ -5,7 +5,8 @@ names while it plans).
 A rule passes the block as one param, `settings=EarlyExitSettings.param(config)`; the stage
 turns it into the object with `EarlyExitSettings.of(params.settings)` and hands that to the
 library. The training block has one sub-block per method (training.<method>), which `param`,
-`defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`. A new key is
+`defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`; an object of a
+fixed sub-block names it in SUB_BLOCK (pruning.benchmarks: BenchmarkSettings). A new key is
 therefore added in two places: the config schema (its type, bounds, default and description,
 src/jtc/runs/config.schema.yaml) and the field here, where the library reads it. Defaults are
 the schema's, never retyped: the workflow's checked config has them filled in, and `defaults()`
@@ -187,7 +188,8 @@ class CalibrationSettings(Settings):
 @dataclasses.dataclass(frozen=True)
 class SpanRunSettings(Settings):
     """Depth pruning's evaluation runs (config pruning): every span of every length and
-    variant, and the spans the selection rules chose, on the evaluation sentences."""
+    variant on the evaluation sentences, and the spans the selection rules chose on the
+    selected sentences."""
 
     BLOCK: ClassVar[str] = "pruning"
 
@@ -197,6 +199,36 @@ class SpanRunSettings(Settings):
     """What stands in for the removed blocks."""
     evaluation_sentences: int
     """Validation sentences (the first of the split) whose every token is scored."""
+    selected_sentences: int
+    """Validation sentences (the first of the split) on which the chosen spans are scored."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSettings(Settings):
+    """Perplexity at a real context (config pruning.context, jtc.measures.context): windows of
+    held-out documents."""
+
+    BLOCK: ClassVar[str] = "pruning"
+    SUB_BLOCK: ClassVar[str | None] = "context"
+
+    lengths: tuple[int, ...]
+    """Tokens per window, each size measured on its own windows."""
+    windows: int
+    """Windows per size, at most (fewer where the held-out documents are shorter)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSettings(Settings):
+    """Generation fidelity (config pruning.generation, jtc.measures.fidelity): greedy
+    continuations of held-out prompts."""
+
+    BLOCK: ClassVar[str] = "pruning"
+    SUB_BLOCK: ClassVar[str | None] = "generation"
+
+    prompts: int
+    """Validation sentences (after those the span runs score) continued."""
+    new_tokens: int
+    """Tokens each prompt is continued by."""
 
 
 @dataclasses.dataclass(frozen=True)

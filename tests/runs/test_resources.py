@@ -200,7 +200,8 @@ def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_p
 
 def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     """calibrate_pruning holds the calibration sentences, run_pruned the evaluation sentences
-    and a run per span of every variant (and the non-consecutive set of each length)."""
+    and a run per span of every variant, and the selected sentences with the chosen spans; the
+    measures their windows or prompts and models."""
     from jtc.runs.config import validate_config
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
@@ -210,4 +211,11 @@ def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     calibration = stage_shape("calibrate_pruning", config, "m", "train")
     assert calibration.rows == 7 and calibration.matrices > 0
     runs = stage_shape("run_pruned", config, "m", "validation")
-    assert (runs.rows, runs.runs) == (5, 2 * (Shape().layers - 2 + 1) + 1)
+    # the sweep on 5 sentences, at most 3 rules x 2 variants on the 64 selected sentences
+    sweep, chosen = 2 * (Shape().layers - 2 + 1), 3 * 2
+    assert (runs.rows, runs.runs) == (64, -(-(sweep * 5 + chosen * 64) // 64))
+    config["pruning"]["context"] = {"lengths": [128, 256], "windows": 3}
+    context = stage_shape("context_perplexity", config, "m", "validation")
+    assert (context.rows, context.tokens, context.runs) == (6, 256, 1 + 2)
+    generation = stage_shape("generation_fidelity", config, "m", "validation")
+    assert generation.rows == 16 and generation.runs == 3

@@ -9,6 +9,12 @@ pytestmark = pytest.mark.workflow
 
 
 PRUNING_RUN = {"calibrate_pruning": 1, "run_pruned": 1, "pruning_tables": 1, "plot_pruning": 1}
+# the literature's measures of the chosen spans (workflow/rules/measures.smk)
+MEASURES_RUN = {"context_perplexity": 1, "generation_fidelity": 1, "measure_tables": 1}
+MEASURES = {
+    "context": {"lengths": [16], "windows": 2},
+    "generation": {"prompts": 2, "new_tokens": 3},
+}
 
 
 def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tmp_path):
@@ -16,10 +22,16 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
     and headline columns; enabling it, or changing its settings, reruns nothing else; and
     `snakemake pruned` writes a checkpoint with one block that transformers loads."""
     config = read_config(tiny_run)
-    config["pruning"] = {"models": ["gpt"], "calibration_sentences": 20, "evaluation_sentences": 6}
+    config["pruning"] = {
+        "models": ["gpt"],
+        "calibration_sentences": 20,
+        "evaluation_sentences": 6,
+        "selected_sentences": 8,
+        **MEASURES,
+    }
     copy_run(tiny_run, tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
-    assert ran == {**PRUNING_RUN, "headline_table": 1, "all": 1}
+    assert ran == {**PRUNING_RUN, **MEASURES_RUN, "headline_table": 1, "all": 1}
     metrics = tmp_path / "results/metrics/gpt/mini"
     spans = pq.read_table(metrics / "pruning_spans.parquet").to_pylist()
     # drop, mat and low_rank from blocks 0 and 1, replaceme from block 1 only
@@ -37,6 +49,13 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
         assert r["perplexity_ratio_low"] <= r["perplexity_ratio"] <= r["perplexity_ratio_high"]
         assert 0 <= r["top1_agreement"] <= 1 and r["kl"] >= 0
     selected = pq.read_table(metrics / "pruning_selected.parquet").to_pylist()
+    assert {r["sentences"] for r in selected} == {8}  # the selected sentences
+    context = pq.read_table(metrics / "pruning_context.parquet").to_pylist()
+    assert context[0]["variant"] == "full" and context[0]["perplexity_ratio"] == 1.0
+    assert {r["context"] for r in context} == {16} and len(context) > 1
+    generation = pq.read_table(metrics / "pruning_generation.parquet").to_pylist()
+    assert generation[0]["agreement_share"] == 1.0 and generation[0]["prompts"] == 2
+    assert {r["variant"] for r in generation} == {r["variant"] for r in context}
     assert {r["selection"] for r in selected} == {
         "angular_distance",
         "block_influence",
@@ -52,11 +71,14 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
     write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
     evaluation = {k: v for k, v in PRUNING_RUN.items() if k != "calibrate_pruning"}
-    assert ran == {**evaluation, "headline_table": 1, "all": 1}
+    # the prompts follow the sentences the runs read
+    measures = {"generation_fidelity": 1, "measure_tables": 1}
+    assert ran == {**evaluation, **measures, "headline_table": 1, "all": 1}
     config["pruning"]["calibration_sentences"] = 24  # the calibration too
     write_config(tmp_path, config)
     assert rules_run(run_snakemake(tmp_path, "all")) == {
         **PRUNING_RUN,
+        **MEASURES_RUN,
         "headline_table": 1,
         "all": 1,
     }

@@ -46,6 +46,9 @@ EVERY_STAGE = {
     "run_benchmarks",
     "benchmark_table",
     "plot_benchmarks",
+    "context_perplexity",
+    "generation_fidelity",
+    "measure_tables",
     "all",
 }
 

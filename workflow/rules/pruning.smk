@@ -2,7 +2,8 @@
 # for them (drop, mat, replaceme, low_rank). One calibrate_pruning job per (model, corpus) sums what
 # every span needs over every token of the calibration sentences, fits every span's maps and
 # chooses a span per length and selection rule; one run_pruned job runs every span on the
-# evaluation sentences; `snakemake pruned` writes the chosen pruned model as a Hugging Face folder.
+# evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`
+# writes the chosen pruned model as a Hugging Face folder.
 
 from jtc.settings import (
     CalibrationSettings,
@@ -48,7 +49,8 @@ rule run_pruned:
         maps=paths.pruning("maps.safetensors"),
         selection=paths.pruning("selection.parquet"),
     output:
-        paths.pruning("runs.parquet"),
+        runs=paths.pruning("runs.parquet"),
+        selected=paths.pruning("selected_runs.parquet"),
     log:
         "logs/run_pruned/{model}/{corpus}.log",
     benchmark:
@@ -73,6 +75,7 @@ rule run_pruned:
 rule pruning_tables:
     input:
         runs=paths.pruning("runs.parquet"),
+        selected_runs=paths.pruning("selected_runs.parquet"),
         calibration=paths.pruning("calibration.parquet"),
         selection=paths.pruning("selection.parquet"),
     output:

@@ -5,6 +5,7 @@ p = snakemake.params
 with job(snakemake):
     pruning_tables(
         snakemake.input.runs,
+        snakemake.input.selected_runs,
         snakemake.input.calibration,
         snakemake.input.selection,
         snakemake.output.spans,

@@ -284,20 +284,28 @@ def span_scores(
     return rows_table(table, RUN_COLUMNS)
 
 
-def span_runs(num_layers: int, settings: SpanRunSettings, selection: pa.Table) -> list[SpanRun]:
-    """Every span of every variant, then the blocks a selection rule chose that are not
-    consecutive (drop only), in the order of the `selection` table (selection.parquet)."""
+def span_runs(num_layers: int, settings: SpanRunSettings) -> list[SpanRun]:
+    """Every span of every variant (the sweep the span table reads)."""
     lengths = resolved_lengths(settings.lengths, num_layers)
-    runs = [
+    return [
         SpanRun.span(variant, start, n)
         for variant in settings.variants
         for start, n in spans(num_layers, lengths, variant)
     ]
-    return runs + [
-        SpanRun("drop", -1, row["length"], parse_removed(row["removed"]))
-        for row in selection.to_pylist()
-        if row["start"] < 0
-    ]
+
+
+def selected_runs(selection: pa.Table) -> list[SpanRun]:
+    """The blocks each selection rule chose, each set once per variant (several rules may
+    choose the same), in the order of the `selection` table (selection.parquet): a span with
+    its variant, or blocks that are not consecutive (start -1), dropped."""
+    runs: dict[tuple[str, str], SpanRun] = {}
+    for row in selection.to_pylist():
+        if row["start"] < 0:
+            run = SpanRun("drop", -1, row["length"], parse_removed(row["removed"]))
+        else:
+            run = SpanRun.span(row["variant"], row["start"], row["length"])
+        runs.setdefault((run.variant, removed_label(run.removed)), run)
+    return list(runs.values())
 
 
 def run_spans(
@@ -313,9 +321,10 @@ def run_spans(
     corpus: str,
     batch_size: int,
     max_tokens: int,
-) -> pa.Table:
-    """The span_runs on every token of the first `evaluation_sentences` validation sentences of
-    the corpus table `sentences` (span_scores), each span's map read from the maps file `maps`
+) -> tuple[pa.Table, pa.Table]:
+    """(sweep, selected): the span_runs on every token of the first `evaluation_sentences`
+    validation sentences of the corpus table `sentences`, and the selected_runs on the first
+    `selected_sentences` (span_scores); each span's map read from the maps file `maps`
     (jtc.pruning.map_file) when its run starts."""
 
     def span_map(run: SpanRun) -> ShortcutMap | None:
@@ -324,17 +333,16 @@ def run_spans(
             return None
         return load_span_map(maps, run.variant, run.start, run.length)
 
-    runs = span_runs(info["num_layers"], settings, selection)
-    count = settings.evaluation_sentences
-    inputs, ids = every_token(tokenizer, info, sentences, "validation", count, corpus, max_tokens)
-    return span_scores(
-        model,
-        adapter_of(info),
-        head,
-        inputs,
-        ids,
-        runs,
-        span_map,
-        batch_size,
-        pad_token_id(tokenizer),
-    )
+    adapter, pad_id = adapter_of(info), pad_token_id(tokenizer)
+    done = []
+    for runs, count in (
+        (span_runs(info["num_layers"], settings), settings.evaluation_sentences),
+        (selected_runs(selection), settings.selected_sentences),
+    ):
+        inputs, ids = every_token(
+            tokenizer, info, sentences, "validation", count, corpus, max_tokens
+        )
+        done.append(
+            span_scores(model, adapter, head, inputs, ids, runs, span_map, batch_size, pad_id)
+        )
+    return done[0], done[1]

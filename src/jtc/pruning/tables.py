@@ -1,7 +1,8 @@
-"""The tables of depth pruning: each run's scores on the evaluation sentences (summed per
-sentence by jtc.pruning.runs) as token-weighted means with paired bootstrap intervals
-over sentences, beside the calibration statistics of its span (one row per variant, length and
-start), and the spans each selection rule chose (one row per length, rule and variant)."""
+"""The tables of depth pruning: each run's scores (summed per sentence by jtc.pruning.runs) as
+token-weighted means with paired bootstrap intervals over sentences: the sweep's, on the
+evaluation sentences, beside the calibration statistics of its span (one row per variant,
+length and start), and the chosen spans', on the selected sentences (one row per length, rule
+and variant)."""
 
 from __future__ import annotations
 
@@ -201,5 +202,6 @@ def selected_table(
     corpus: str,
 ) -> pa.Table:
     """One row per (length, selection rule, variant): the span the rule chose on calibration
-    sentences and its scores on the evaluation sentences."""
+    sentences and its scores (`scores`: run_scores of the selected runs, on the selected
+    sentences)."""
     return rows_table(_with_scores(selection.to_pylist(), scores, model, corpus), SELECTED_COLUMNS)

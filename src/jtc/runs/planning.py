@@ -23,6 +23,7 @@ from jtc.files.planned import (
     replaced_outputs,
     stale_outputs,
 )
+from jtc.measures.checks import context_problem, generation_problem
 from jtc.model.adapters import (
     ADAPTERS,
     UnsupportedArchitecture,
@@ -91,7 +92,20 @@ def prune_problem(
         return None
     declared = ADAPTERS.get(str(config.get("model_type")))
     task = declared.task if declared else task_from_classes(config.get("architectures") or [])
-    return pruning_problem(name, task, declared, layers, pruning["lengths"], pruning["variants"])
+    return pruning_problem(
+        name, task, declared, layers, pruning["lengths"], pruning["variants"]
+    ) or measures_problem(
+        name, config.get("max_position_embeddings") or config.get("n_positions"), pruning
+    )
+
+
+def measures_problem(name: str, max_positions: int | None, pruning: dict[str, Any]) -> str | None:
+    """What is wrong with the literature's measures of a pruned model (config pruning.context,
+    pruning.generation) for a model of `max_positions` positions (None: unknown)."""
+    context, generation = pruning["context"], pruning["generation"]
+    return context_problem(
+        context["lengths"], context["windows"], max_positions, name
+    ) or generation_problem(generation["prompts"], generation["new_tokens"])
 
 
 def resolved_problem(
@@ -119,7 +133,7 @@ def resolved_problem(
             info["num_layers"],
             resolved_lengths(pruning["lengths"], info["num_layers"]),
             pruning["variants"],
-        )
+        ) or measures_problem(name, info.get("max_positions"), pruning)
         if problem:
             return f"invalid configuration: {problem}"
     if parts:
@@ -257,6 +271,7 @@ class Experiment:
                     names += ["calibrate_pruning", "run_pruned", "pruning_tables", "plot_pruning"]
                     if self.pruning.get("benchmarks", {}).get("in_all", False):
                         names += ["run_benchmarks", "benchmark_table", "plot_benchmarks"]
+                    names += ["context_perplexity", "generation_fidelity", "measure_tables"]
                 for name in names:
                     targets += outputs_of(name, **done)
         return targets

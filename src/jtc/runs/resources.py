@@ -20,9 +20,17 @@ from typing import Any
 
 from jtc import paths
 from jtc.data.states import KEEP_BYTES
+from jtc.measures.checks import LOGITS_ELEMENTS
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.runs.config import split_positions
-from jtc.settings import BenchmarkSettings, CalibrationSettings, SpanRunSettings, TrainSettings
+from jtc.settings import (
+    BenchmarkSettings,
+    CalibrationSettings,
+    ContextSettings,
+    GenerationSettings,
+    SpanRunSettings,
+    TrainSettings,
+)
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import jump_layers
 
@@ -139,6 +147,8 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
         return _pruning_shape(stage, config, shape)
     if stage == "run_benchmarks":
         return _benchmark_shape(config, shape)
+    if stage in ("context_perplexity", "generation_fidelity"):
+        return _measures_shape(stage, config, shape)
     if stage != "replace_parts":
         return shape
     submodules = config["submodules"]
@@ -164,9 +174,29 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         )
     span_runs = SpanRunSettings.from_config(config)
     lengths = resolved_lengths(span_runs.lengths, shape.layers)
-    # every span of every variant, and the non-consecutive set of each length
-    runs = sum(len(spans(shape.layers, lengths, v)) for v in span_runs.variants) + len(lengths)
-    return dataclasses.replace(shape, rows=span_runs.evaluation_sentences, runs=runs)
+    # every span of every variant on the evaluation sentences; on the selected sentences at
+    # most each rule's span per length and variant (3 rules), counted as evaluation runs
+    runs = sum(len(spans(shape.layers, lengths, v)) for v in span_runs.variants)
+    chosen = 3 * len(lengths) * len(span_runs.variants)
+    rows = max(span_runs.evaluation_sentences, span_runs.selected_sentences)
+    runs = math.ceil(
+        (runs * span_runs.evaluation_sentences + chosen * span_runs.selected_sentences) / rows
+    )
+    return dataclasses.replace(shape, rows=rows, runs=runs)
+
+
+def _measures_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
+    """A measures job's models (runs: the full model and each length and variant at the chosen
+    span), windows or prompts (rows) and their tokens, from its settings objects."""
+    span_runs = SpanRunSettings.from_config(config)
+    subjects = 1 + len(resolved_lengths(span_runs.lengths, shape.layers)) * len(span_runs.variants)
+    if stage == "context_perplexity":
+        context = ContextSettings.from_config(config)
+        rows, tokens = context.windows * len(context.lengths), max(context.lengths)
+    else:
+        generation = GenerationSettings.from_config(config)
+        rows, tokens = generation.prompts, config["max_tokens"] + generation.new_tokens
+    return dataclasses.replace(shape, rows=rows, tokens=tokens, runs=subjects)
 
 
 def _benchmark_shape(config: dict[str, Any], shape: Shape) -> Shape:
@@ -277,6 +307,9 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "run_benchmarks":  # the model and a pruned copy; a batch's logits at every
         # position and their log-softmax (float32)
         need = 2 * s.model_mb + 2 * s.batch * s.tokens * s.vocab * 4 / 1e6 + 256
+    elif stage in ("context_perplexity", "generation_fidelity"):  # the model and one pruned
+        # copy; logits and log-probabilities of at most LOGITS_ELEMENTS float32 values
+        need = 2 * s.model_mb + 3 * LOGITS_ELEMENTS * 4 / 1e6 + 64
     else:
         need = 500
     return need
@@ -298,6 +331,12 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         # d × d products of the sums
         tokens = s.rows * s.tokens / 2
         flop = 2 * s.parameters * tokens + 2 * s.matrices * s.width**2 * tokens
+    elif stage == "context_perplexity":  # every model on every window token (the pruned
+        # ones have fewer blocks: counted whole)
+        flop = s.runs * 2 * s.parameters * s.rows * s.tokens
+    elif stage == "generation_fidelity":  # every model on every prompt and generated token,
+        # and per generated token generate's overhead (~20 ms, counted as 1 GFLOP)
+        flop = s.runs * s.rows * s.tokens * (2 * s.parameters + 1e9)
     elif stage == "run_pruned":  # per run, half the blocks and a decoding of every token
         tokens = s.rows * s.tokens / 2
         flop = 2 * s.parameters * tokens * (1 + s.runs / 2)

@@ -57,6 +57,7 @@ def run_pruned(
     maps: str,
     selection: str,
     out: str,
+    selected_out: str,
     *,
     model: str,
     corpus: str,
@@ -66,9 +67,10 @@ def run_pruned(
     threads: int,
     device_map: str | None = None,
 ) -> None:
-    """Every span of every variant, and the blocks each selection rule chose, removed in turn
-    from the model on the first `evaluation_sentences` validation sentences, every token scored
-    against the unpruned model (jtc.pruning.runs.run_spans)."""
+    """Every span of every variant removed in turn from the model on the first
+    `evaluation_sentences` validation sentences (`out`), and the blocks each selection rule
+    chose on the first `selected_sentences` (`selected_out`), every token scored against the
+    unpruned model (jtc.pruning.runs.run_spans)."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.cache import load_model
@@ -80,7 +82,7 @@ def run_pruned(
     # a model spread over GPUs (device_map) may hold its head across devices: read it whole
     head = load_decoder_head(model_dir, model, threads, None if device_map else net)
     ready()
-    scores = run_spans(
+    sweep, chosen = run_spans(
         net,
         tokenizer,
         info,
@@ -93,11 +95,13 @@ def run_pruned(
         batch_size=batch_size,
         max_tokens=max_tokens,
     )
-    write_table(scores, out)
+    write_table(sweep, out)
+    write_table(chosen, selected_out)
 
 
 def pruning_tables(
     runs: str,
+    selected_runs: str,
     calibration: str,
     selection: str,
     spans_out: str,
@@ -108,8 +112,9 @@ def pruning_tables(
     settings: dict,
     seed: int,
 ) -> None:
-    """The span table (every variant, length and start) and the selected table (every length,
-    selection rule and variant), with paired bootstrap intervals over sentences."""
+    """The span table (every variant, length and start, from the sweep's `runs`) and the
+    selected table (every length, selection rule and variant, from `selected_runs`), with
+    paired bootstrap intervals over sentences."""
     from jtc.files.io import read_table
     from jtc.logs import ready
     from jtc.pruning.tables import run_scores, selected_table, span_table
@@ -117,10 +122,12 @@ def pruning_tables(
     from jtc.settings import IntervalSettings
 
     ready()
-    scores = run_scores(read_table(runs), IntervalSettings.of(settings), seed)
+    intervals = IntervalSettings.of(settings)
+    sweep = run_scores(read_table(runs), intervals, seed)
+    chosen = run_scores(read_table(selected_runs), intervals, seed)
     names = {"model": model, "corpus": corpus}
-    write_table_with_page(span_table(scores, read_table(calibration), **names), spans_out)
-    write_table_with_page(selected_table(scores, read_table(selection), **names), selected_out)
+    write_table_with_page(span_table(sweep, read_table(calibration), **names), spans_out)
+    write_table_with_page(selected_table(chosen, read_table(selection), **names), selected_out)
 
 
 def plot_pruning(

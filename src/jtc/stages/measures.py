@@ -1,0 +1,127 @@
+"""Stages of workflow/rules/measures.smk, pruned models measured as the pruning literature
+does: perplexity of held-out documents at a real context, the fidelity of greedy generation,
+and their tables; each for the full model and each length and variant at the span the export
+rule (pruning.export_selection) chose (jtc.measures.subjects)."""
+
+from __future__ import annotations
+
+
+def context_perplexity(
+    model_dir: str,
+    sentences: str,
+    maps: str,
+    selection: str,
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    settings: dict,
+    calibration: dict,
+    export: dict,
+    batch_size: int,
+    threads: int,
+    device_map: str | None = None,
+) -> None:
+    """Every measured model's cross entropy and top-1 agreement with the full model on the
+    same windows of held-out documents, one row per window (jtc.measures.context)."""
+    from jtc.files.io import read_table, write_table
+    from jtc.logs import ready
+    from jtc.measures.context import context_perplexity as measure
+    from jtc.model.cache import load_model
+    from jtc.settings import CalibrationSettings, ContextSettings, ExportSettings
+
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
+    context, fitted = ContextSettings.of(settings), CalibrationSettings.of(calibration)
+    ready()
+    windows = measure(
+        net,
+        tokenizer,
+        info,
+        read_table(sentences),
+        read_table(selection),
+        maps,
+        contexts=context.lengths,
+        windows=context.windows,
+        rule=ExportSettings.of(export).export_selection,
+        variants=fitted.variants,
+        calibration_sentences=fitted.calibration_sentences,
+        corpus=corpus,
+        model_name=model,
+        batch_size=batch_size,
+    )
+    write_table(windows, out)
+
+
+def generation_fidelity(
+    model_dir: str,
+    sentences: str,
+    maps: str,
+    selection: str,
+    out: str,
+    *,
+    corpus: str,
+    settings: dict,
+    span_runs: dict,
+    export: dict,
+    batch_size: int,
+    max_tokens: int,
+    threads: int,
+    device_map: str | None = None,
+) -> None:
+    """Every measured model's greedy continuation of held-out prompts (validation sentences
+    after those the span runs score) against the full model's, one row per prompt
+    (jtc.measures.fidelity)."""
+    from jtc.files.io import read_table, write_table
+    from jtc.logs import ready
+    from jtc.measures.fidelity import generation_fidelity as measure
+    from jtc.model.cache import load_model
+    from jtc.settings import ExportSettings, GenerationSettings, SpanRunSettings
+
+    net, tokenizer, info = load_model(model_dir, threads, device_map)
+    generation, runs = GenerationSettings.of(settings), SpanRunSettings.of(span_runs)
+    ready()
+    prompts = measure(
+        net,
+        tokenizer,
+        info,
+        read_table(sentences),
+        read_table(selection),
+        maps,
+        prompts=generation.prompts,
+        new_tokens=generation.new_tokens,
+        skip=max(runs.evaluation_sentences, runs.selected_sentences),
+        rule=ExportSettings.of(export).export_selection,
+        variants=runs.variants,
+        corpus=corpus,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+    )
+    write_table(prompts, out)
+
+
+def measure_tables(
+    windows: str,
+    prompts: str,
+    context_out: str,
+    generation_out: str,
+    *,
+    model: str,
+    corpus: str,
+    settings: dict,
+    seed: int,
+) -> None:
+    """The context table (per context size and measured model, intervals over windows) and
+    the generation table (per measured model, intervals over prompts)."""
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.measures.tables import context_table, generation_table
+    from jtc.report.pages import write_table_with_page
+    from jtc.settings import IntervalSettings
+
+    ready()
+    intervals = IntervalSettings.of(settings)
+    names = {"model": model, "corpus": corpus}
+    write_table_with_page(context_table(read_table(windows), intervals, seed, **names), context_out)
+    write_table_with_page(
+        generation_table(read_table(prompts), intervals, seed, **names), generation_out
+    )
