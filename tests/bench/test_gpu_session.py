@@ -33,13 +33,14 @@ def test_readme_device_calls_are_the_scripts_steps_in_order():
     text = (ROOT / "bench" / "README.md").read_text()
     section = text[text.index("**On the GPU machine**") : text.index("**Device time.**")]
     calls = re.findall(r"^(bash bench/gpu_session\.sh [^#\n]*?)\s*(?:#.*)?$", section, re.M)
-    assert [call.split()[2] for call in calls] == ["tests", "1.7b", "7b"]
+    assert [call.split()[2] for call in calls] == ["tests", "qwen", "1.7b", "7b"]
     assert all(len(call) <= DEVICE_LIMIT for call in calls)
     steps = re.search(r"^case \$STEP in\n(.*?)^esac", SCRIPT.read_text(), re.M | re.S).group(1)
     assert re.findall(r"^\s+([\w.]+)\) DEFAULT_BUDGET=(\d+)", steps, re.M) == [
         ("tests", "210"),
         ("1.7b", "300"),
         ("7b", "330"),
+        ("qwen", "300"),
     ]
 
 
@@ -47,7 +48,7 @@ def test_readme_device_calls_are_the_scripts_steps_in_order():
 def test_unknown_steps_and_deadlines_are_refused(tmp_path, args):
     proc = session(*args, tmp_path=tmp_path)
     assert proc.returncode == 2
-    assert "usage: bash bench/gpu_session.sh tests|1.7b|7b" in proc.stderr
+    assert "usage: bash bench/gpu_session.sh tests|1.7b|7b|qwen" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 
