@@ -75,6 +75,6 @@ def benchmark_figure(
     right.axvline(100, color="gray", lw=0.8, ls="--")
     right.set_yticks(y, labels, fontsize=7)
     right.invert_yaxis()
-    right.set_xlabel("% of the full model's accuracy retained\n(mean over tasks)")
+    right.set_xlabel("% of the full model's\naccuracy retained\n(mean over tasks)")
     fig.tight_layout()
     save_figure(fig, png, pdf)
