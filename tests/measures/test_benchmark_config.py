@@ -50,6 +50,17 @@ def test_all_runs_the_benchmarks_only_with_in_all():
         assert f"{rule} m" in targets
 
 
+def test_all_runs_the_context_and_generation_measures_only_with_measures_in_all():
+    measures = ("context_perplexity", "generation_fidelity", "measure_tables")
+    plain = _targets(validate_config({**BASE, "pruning": {"models": ["m"]}}))
+    assert "calibrate_pruning m" in plain  # pruning itself is in all
+    assert not any(t.startswith(measures) for t in plain)
+    on = validate_config({**BASE, "pruning": {"models": ["m"], "measures_in_all": True}})
+    targets = _targets(on)
+    for rule in measures:
+        assert f"{rule} m" in targets
+
+
 def test_the_run_benchmarks_shape_counts_requests_and_measured_models(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     pruning = {"models": ["m"], "lengths": [2, 4], "variants": ["drop", "mat"]}

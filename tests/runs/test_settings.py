@@ -26,6 +26,10 @@ READ_ELSEWHERE = {
     ("pruning", "corpora"): "planning: which corpora get pruning jobs (jtc.runs.planning)",
     ("pruning", "benchmarks"): "a sub-block, read by BenchmarkSettings (SUB_BLOCK)",
     ("pruning", "in_all"): "planning: pruning.benchmarks.in_all, whether all runs them",
+    (
+        "pruning",
+        "measures_in_all",
+    ): "planning: whether all runs the context and generation measures",
 }
 
 

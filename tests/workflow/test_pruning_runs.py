@@ -27,6 +27,7 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
         "calibration_sentences": 20,
         "evaluation_sentences": 6,
         "selected_sentences": 8,
+        "measures_in_all": True,
         **MEASURES,
     }
     copy_run(tiny_run, tmp_path, config)

@@ -2,7 +2,8 @@
 # full model and each length and variant at the span pruning.export_selection chose, built in
 # memory. One context_perplexity job per (model, corpus) scores windows of held-out documents;
 # one generation_fidelity job continues held-out prompts greedily; measure_tables tabulates both
-# with bootstrap intervals over windows and prompts.
+# with bootstrap intervals over windows and prompts. `snakemake measures` runs them (`all` too,
+# with pruning.measures_in_all).
 
 from jtc.settings import (
     CalibrationSettings,
@@ -111,3 +112,14 @@ rule measure_tables:
         code=code_hash("measure_tables"),
     script:
         "../scripts/measure_tables.py"
+
+
+rule measures:
+    input:
+        [
+            paths.metric(f"pruning_{name}.parquet").format(model=m, corpus=c)
+            for m in MODELS
+            for c in CORPORA
+            if EXPERIMENT.prunes(m, c)
+            for name in ("context", "generation")
+        ],

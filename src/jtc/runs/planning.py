@@ -271,7 +271,8 @@ class Experiment:
                     names += ["calibrate_pruning", "run_pruned", "pruning_tables", "plot_pruning"]
                     if self.pruning.get("benchmarks", {}).get("in_all", False):
                         names += ["run_benchmarks", "benchmark_table", "plot_benchmarks"]
-                    names += ["context_perplexity", "generation_fidelity", "measure_tables"]
+                    if self.pruning.get("measures_in_all", False):
+                        names += ["context_perplexity", "generation_fidelity", "measure_tables"]
                 for name in names:
                     targets += outputs_of(name, **done)
         return targets
