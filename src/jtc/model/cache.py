@@ -19,7 +19,9 @@ from jtc.files.io import atomic_dir, read_json
 from jtc.model.adapters import Adapter, UnsupportedArchitecture
 from jtc.model.classes import auto_class, task_of
 from jtc.model.discover import find_adapter
+from jtc.model.gguf_header import GGUFHeaderError, read_shape
 from jtc.model.head import describe
+from jtc.model.joined import join
 from jtc.model.manifest import check_manifest, write_manifest
 from jtc.model.sources import Candidate, ModelSourceError, candidates
 
@@ -74,13 +76,67 @@ def _load(cand: Candidate, trust_remote_code: bool, dtype: str = "float32"):
     return model.eval(), tokenizer, find_adapter(model.eval(), task)
 
 
+# a GGUF model's peak while transformers dequantises it, over its weights in the compute dtype
+# (measured on Qwen2.5 0.5B and 1.5B, float32, 2026-11-28: 1.55 and 1.28)
+LOAD_PEAK = 1.3
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the lesser of MemAvailable (/proc/meminfo) and
+    its cgroup's limit less its usage; None where neither can be read."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            found.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def memory_problem(name: str, cand: Candidate, dtype: str) -> str | None:
+    """Before loading a GGUF model: too little memory to load it (its parameters, from the
+    file's header, in the compute dtype, times LOAD_PEAK), said with the model's size."""
+    if not cand.gguf_file:
+        return None
+    path = Path(cand.location) / cand.gguf_file
+    try:
+        parameters = read_shape(path).parameters
+    except (OSError, GGUFHeaderError):
+        return None  # transformers reports what is wrong with the file
+    weights = parameters * DTYPES[dtype].itemsize
+    need, free = weights * LOAD_PEAK, available_memory()
+    if free is None or free >= need:
+        return None
+    return (
+        f"model '{name}': {parameters / 1e9:.2f}B parameters, {weights / 1e9:.1f} GB in {dtype}; "
+        f"loading them needs about {need / 1e9:.1f} GB and this machine has "
+        f"{free / 1e9:.1f} GB available: free memory, run fewer jobs at once (--cores), or set "
+        f"models.{name}.dtype: bfloat16 (half the memory)"
+    )
+
+
 def load_from_source(name: str, spec: dict[str, Any]):
-    """Load (model, tokenizer, candidate, adapter) from the first source that works."""
+    """Load (model, tokenizer, candidate, adapter) from the first source that works: a
+    "parts:" source joined first, a GGUF file's size checked against the memory there is."""
     cands, tried = candidates(spec)
+    dtype = spec.get("dtype", "float32")
     for cand in cands:
+        if cand.kind == "parts":
+            join(name, spec)  # a wrong or missing part is refused, naming it
+        problem = memory_problem(name, cand, dtype)
+        if problem:
+            raise ModelSourceError(problem)
         try:
             trust = bool(spec.get("trust_remote_code", False))
-            model, tokenizer, adapter = _load(cand, trust, spec.get("dtype", "float32"))
+            model, tokenizer, adapter = _load(cand, trust, dtype)
             return model, tokenizer, cand, adapter
         except UnsupportedArchitecture as exc:  # the same wherever the weights come from
             raise UnsupportedArchitecture(f"model '{name}': {exc}") from None

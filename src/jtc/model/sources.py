@@ -2,8 +2,9 @@
 
 A source is tried in this order and every failure is reported:
   1. "package:NAME/SUBPATH": a folder or .gguf file inside an installed Python package;
-  2. a local path: a model folder, or a .gguf file;
-  3. a Hugging Face hub id (with an optional revision).
+  2. "parts:FILE": a .gguf file joined from pinned parts (jtc.model.joined);
+  3. a local path: a model folder, or a .gguf file;
+  4. a Hugging Face hub id (with an optional revision).
 
 This module imports neither torch nor transformers: the workflow calls it while it plans.
 """
@@ -25,6 +26,8 @@ from jtc.model.adapters import (
     part_adapter,
     task_from_classes,
 )
+from jtc.model.joined import Parts, is_parts, locate, parts_problem
+from jtc.model.packages import package_path
 
 
 class ModelSourceError(RuntimeError):
@@ -35,7 +38,7 @@ class ModelSourceError(RuntimeError):
 class Candidate:
     """One place to load weights from: a folder or hub id, and a GGUF file name within it."""
 
-    kind: str  # "package", "local", "hub"
+    kind: str  # "package", "parts", "local", "hub"
     location: str
     gguf_file: str | None = None
     revision: str | None = None
@@ -50,14 +53,14 @@ def shareable_source(source: str | None) -> str | None:
     """A model source fit to share, without the exporting machine's folders: a local path cut
     to its last component, a package path to what follows site-packages (the package's own
     path); a hub id as it is."""
-    match = re.fullmatch(r"(local|package) '(.*)'", source or "")
+    match = re.fullmatch(r"(local|package|parts) '(.*)'", source or "")
     if match is None:
         return source
     kind, where = match.groups()
     if kind == "package":
         inside = re.split(r"[/\\](?:site|dist)-packages[/\\]", where)
         return f"package '{inside[-1] if len(inside) > 1 else Path(where).name}'"
-    return f"local '{Path(where).name}'"
+    return f"{kind} '{Path(where).name}'"
 
 
 def _split_gguf(path: Path) -> tuple[str, str | None]:
@@ -67,25 +70,41 @@ def _split_gguf(path: Path) -> tuple[str, str | None]:
 
 
 def candidates(spec: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
-    """The sources to try for a config entry, and the reasons some were ruled out."""
+    """The sources to try for a config entry, and the reasons some were ruled out. A "parts:"
+    source's candidate is its joined file, which resolve_model writes before loading it."""
     source: str = spec["source"]
     tried: list[str] = []
     if source.startswith("package:"):
-        package, _, sub = source[len("package:") :].partition("/")
-        found = importlib.util.find_spec(package) if package else None
-        if found is None or not found.submodule_search_locations:
-            return [], [f"installed package '{package}' (not installed)"]
-        path = Path(list(found.submodule_search_locations)[0]) / sub
-        if not path.exists():
-            return [], [f"installed package '{package}' (has no '{sub}')"]
+        path = package_path(source)
+        if isinstance(path, str):
+            return [], [path]
         location, gguf = _split_gguf(path)
         return [Candidate("package", location, gguf)], tried
+    if is_parts(spec):
+        joined = Parts.of(spec).joined
+        return [Candidate("parts", str(joined.parent), joined.name)], tried
     path = Path(source).expanduser()
     if path.exists():
         location, gguf = _split_gguf(path.resolve())
         return [Candidate("local", location, gguf)], tried
     tried.append(f"local path '{source}' (does not exist)")
     return [Candidate("hub", source, None, spec.get("revision"))], tried
+
+
+def gguf_files(spec: dict[str, Any]) -> list[Path] | None:
+    """The GGUF file a source reads, as one path or, before a "parts:" source is joined, its
+    parts in order (jtc.model.gguf_header reads either); None for any other source or one
+    that is not all there."""
+    if is_parts(spec):
+        parts = Parts.of(spec)
+        if parts.joined.is_file():
+            return [parts.joined]
+        found = [locate(part) for part in parts.files]
+        return None if any(isinstance(p, str) for p in found) else found  # type: ignore[return-value]
+    cands, _ = candidates(spec)
+    if not cands or cands[0].kind == "hub" or not cands[0].gguf_file:
+        return None
+    return [Path(cands[0].location) / cands[0].gguf_file]
 
 
 def local_config(spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -132,6 +151,8 @@ def source_problem(name: str, spec: dict[str, Any]) -> str | None:
     if source.startswith("package:"):
         cands, tried = candidates(spec)
         return None if cands else f"{key}: {tried[0]}"
+    if is_parts(spec):
+        return parts_problem(name, spec)
     if looks_like_path(source) and not Path(source).expanduser().exists():
         return f"{key}: local path '{source}' does not exist (a path is never a hub id)"
     return None

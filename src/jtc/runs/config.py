@@ -276,6 +276,15 @@ def _describe(err: jsonschema.exceptions.ValidationError) -> list[str]:
         return _unexpected(err) or [f"config key '{_key(err.absolute_path)}': {err.message}"]
     if err.validator == "required":
         return _required(err)
+    if err.validator == "not" and list(err.validator_value) == ["required"]:
+        # a key only some values of a sibling allow (models.NAME.parts: a "parts:" source)
+        source = err.instance.get("source")
+        return [
+            f"config key '{_key([*err.absolute_path, name])}' is not used with source "
+            f"'{source}': remove it (it is only for a \"parts:FILE.gguf\" source)"
+            for name in err.validator_value["required"]
+            if name in err.instance
+        ]
     if err.validator == "anyOf":
         choices = " or ".join(_choice(c) for c in err.validator_value)
         return [f"config key '{_key(err.absolute_path)}': {err.instance!r} is not {choices}"]

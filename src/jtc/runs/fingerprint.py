@@ -239,9 +239,14 @@ def corpus_fingerprint(
 
 def model_fingerprint(spec: Mapping[str, Any], cache: FingerprintCache | None = None) -> str | None:
     """The fingerprint of the weights resolve_model reads (jtc.model.sources): a local or packaged
-    model folder, or the GGUF file alone (the only file read from its folder); None for a hub
-    id (the id and revision are params already) or a source that is not there."""
+    model folder, or the GGUF file alone (the only file read from its folder); a "parts:"
+    source's pinned sha256 (what joining checks); None for a hub id (the id and revision are
+    params already) or a source that is not there."""
+    from jtc.model.joined import Parts, is_parts
     from jtc.model.sources import candidates
+
+    if is_parts(dict(spec)):
+        return f"sha256:{Parts.of(dict(spec)).sha256}"
 
     found, _ = candidates(dict(spec))
     if not found or found[0].kind == "hub":

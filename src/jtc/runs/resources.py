@@ -11,6 +11,7 @@ still override any rule (`set-resources`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -21,6 +22,8 @@ from typing import Any
 from jtc import paths
 from jtc.data.states import KEEP_BYTES
 from jtc.measures.checks import LOGITS_ELEMENTS
+from jtc.model.gguf_header import GGUFHeaderError, GGUFShape, read_shape
+from jtc.model.sources import gguf_files
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.runs.config import split_positions
 from jtc.settings import (
@@ -93,10 +96,24 @@ class Shape:
     @classmethod
     def of_source(cls, spec: dict[str, Any], rows: int, tokens: int) -> Shape:
         """Before the model is cached: the shape of a local model folder (its config.json, and
-        its weight files' bytes for the parameters), in the compute dtype of `spec`
-        (models.NAME); any other source (a hub id, a GGUF file) gives the large default."""
+        its weight files' bytes for the parameters) or of a GGUF file or its parts (the file's
+        header), in the compute dtype of `spec` (models.NAME); any other source (a hub id)
+        gives the large default."""
         compute_bytes = ITEMSIZE.get(spec.get("dtype", "float32"), 4)
         default = cls(rows=rows, tokens=tokens, parameter_bytes=compute_bytes)
+        gguf = gguf_files(spec) if spec.get("source") else None
+        if gguf:
+            try:
+                header = _header(tuple(gguf))
+            except (OSError, GGUFHeaderError):
+                return default
+            return dataclasses.replace(
+                default,
+                width=header.width,
+                layers=header.layers,
+                parameters=header.parameters,
+                vocab=header.vocab,
+            )
         folder = Path(str(spec.get("source", ""))).expanduser()
         try:
             config = json.loads((folder / "config.json").read_text())
@@ -127,6 +144,12 @@ class Shape:
 
     def states_mb(self, rows: int, layers: int | None = None, itemsize: int = 4) -> float:
         return rows * (self.layers + 1 if layers is None else layers) * self.width * itemsize / 1e6
+
+
+@functools.lru_cache(maxsize=16)
+def _header(paths: tuple[Path, ...]) -> GGUFShape:
+    """A GGUF header read once while planning (every job's requests ask for it)."""
+    return read_shape(paths)
 
 
 def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> Shape:
@@ -250,8 +273,9 @@ def _data_mb(stage: str, shape: Shape) -> float:
     parts_mb = s.rows * s.layers * 8 * s.width * 4 / 1e6  # every part's input and output
     # the training states a fit job keeps in memory (jtc.data.states.LayerStates)
     kept_states_mb = min(s.states_mb(s.rows), KEEP_BYTES / 1e6 + s.states_mb(s.rows, layers=1))
-    if stage == "resolve_model":  # the model loaded, and its weights serialised to the cache
-        need = 2 * s.model_mb
+    if stage == "resolve_model":  # the model loaded (a GGUF file's dequantisation holds about
+        # 1.3× its weights at the peak: Qwen2.5 0.5B and 1.5B, 2026-11-28) and serialised
+        need = 1.5 * s.model_mb
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
         need = s.model_mb + s.states_mb(min(s.rows, 2048 * s.positions), itemsize=8)
     elif stage == "fit_map":  # the layers' states it keeps (at most KEEP_BYTES, and one read
