@@ -28,7 +28,7 @@ def planned_blocks(workdir: Path, configfile: Path) -> list[dict]:
     """Each job's rule, benchmark file and memory request as the workflow plans them now."""
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
     cmd += ["--directory", str(workdir), "--configfile", str(configfile)]
-    cmd += ["--forceall", "--dry-run", "--cores", "2", "all"]
+    cmd += ["--forceall", "--dry-run", "--nolock", "--cores", "2", "all"]
     env = dict(os.environ, PYTHONPATH=str(SNAKEFILE.parents[1] / "src"))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return job_blocks(done.stdout.splitlines())

@@ -163,6 +163,10 @@ def test_gguf_header_gives_the_shape_transformers_reads_and_parts_plan_with_it(t
         read_shape(paths[1])
     with pytest.raises(GGUFHeaderError, match="ends inside its header"):
         read_shape(paths[0])
+    garbage = tmp_path / "garbage.gguf"  # lengths read from noise: refused, never allocated
+    garbage.write_bytes(b"GGUF" + bytes(range(256)) * 40)
+    with pytest.raises(GGUFHeaderError, match="malformed header"):
+        read_shape(garbage)
 
 
 @pytest.mark.real_model

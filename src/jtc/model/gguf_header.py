@@ -28,6 +28,10 @@ _SCALARS = {
     12: "d",
 }
 _STRING, _ARRAY = 8, 9
+# beyond these a header is malformed (a real one's longest string is a chat template, its largest
+# array a tokenizer's 150k-odd tokens or merges)
+MAX_STRING = 1 << 24
+MAX_ITEMS = 1 << 24
 
 
 class GGUFHeaderError(ValueError):
@@ -51,6 +55,8 @@ class _Chain:
         self._file: BinaryIO | None = None
 
     def read(self, size: int) -> bytes:
+        if size > MAX_STRING * 8:
+            raise GGUFHeaderError(f"malformed header (a field of {size:,} bytes)")
         out = bytearray()
         while len(out) < size:
             if self._file is None:
@@ -75,7 +81,10 @@ class _Chain:
         return struct.unpack("<" + fmt, self.read(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
-        return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
+        size = self.unpack("Q")
+        if size > MAX_STRING:
+            raise GGUFHeaderError(f"malformed header (a string of {size:,} bytes)")
+        return self.read(size).decode("utf-8", errors="replace")
 
     def value(self, kind: int, keep: bool = True):
         """One value of GGUF type `kind`; an array's items are kept only with `keep` (its
@@ -86,6 +95,8 @@ class _Chain:
             return self.string()
         if kind == _ARRAY:
             item, count = self.unpack("I"), self.unpack("Q")
+            if count > MAX_ITEMS:
+                raise GGUFHeaderError(f"malformed header (an array of {count:,} items)")
             if item in _SCALARS and not keep:
                 self.read(count * struct.calcsize(_SCALARS[item]))
                 return count
@@ -104,6 +115,8 @@ def read_shape(paths: Path | Iterable[Path]) -> GGUFShape:
         if version < 2:
             raise GGUFHeaderError(f"GGUF version {version} (jtc reads 2 and later)")
         tensors, entries = chain.unpack("Q"), chain.unpack("Q")
+        if tensors > MAX_ITEMS or entries > MAX_ITEMS:
+            raise GGUFHeaderError(f"malformed header ({tensors:,} tensors, {entries:,} entries)")
         meta: dict[str, object] = {}
         for _ in range(entries):
             key = chain.string()
@@ -111,7 +124,10 @@ def read_shape(paths: Path | Iterable[Path]) -> GGUFShape:
         parameters = 0
         for _ in range(tensors):
             chain.string()
-            dims = [chain.unpack("Q") for _ in range(chain.unpack("I"))]
+            rank = chain.unpack("I")
+            if rank > 8:
+                raise GGUFHeaderError(f"malformed header (a tensor of {rank} dimensions)")
+            dims = [chain.unpack("Q") for _ in range(rank)]
             chain.unpack("I")  # quantisation type
             chain.unpack("Q")  # offset
             count = 1

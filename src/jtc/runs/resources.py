@@ -280,8 +280,10 @@ def _data_mb(stage: str, shape: Shape) -> float:
         need = s.model_mb + s.states_mb(min(s.rows, 2048 * s.positions), itemsize=8)
     elif stage == "fit_map":  # the layers' states it keeps (at most KEEP_BYTES, and one read
         # again); float64 X, its projection, one target; per pair, the reduced-rank fit's and
-        # the trained start's width × width work arrays
-        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + 8 * square_mb + 64
+        # the trained start's width × width work arrays; a source layer's float32 maps to every
+        # later layer, of both closed-form methods: a float64 square's bytes a layer (Qwen2.5
+        # 1.5B: 1.8 GB at the peak, 2026-11-28)
+        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + (8 + s.layers) * square_mb + 64
     elif stage == "train_map":  # the tuned lens: the head, a batch of logits, the least-squares
         # start (float64) and the map with its gradient and Adam's moments
         need = (
@@ -304,7 +306,8 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "decode_predictions":
         # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states, and
         # one map (read one at a time) with its product
-        need = 3 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + square_mb
+        # (Qwen2.5 0.5B, its head 545 MB in float32: 1.1 GB at the peak, 2026-11-28)
+        need = 1.5 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + square_mb
     elif stage == "fit_shortlist":  # the head as stored and in float32, its float64 copy, the
         # last layer's states, and width × width float64 arrays (second moment, its roots, the
         # head's Gram matrix, their product)
