@@ -64,7 +64,7 @@ class Parts:
             )
         return cls(
             file=spec["source"][len(PREFIX) :],
-            files=tuple(Part(**p) if isinstance(p, dict) else Part(str(p)) for p in pins["files"]),
+            files=tuple(Part(**p) for p in pins["files"]),
             bytes=int(pins["bytes"]),
             sha256=str(pins["sha256"]).lower(),
             install=pins.get("install"),
