@@ -94,7 +94,7 @@ def download(
             announced = int(length) if length and length.isdigit() else None
             if announced is not None and announced > limit:
                 raise CorpusError(sources.too_large(f"download {url}", announced, limit))
-            while block := response.read(_BLOCK):
+            while block := response.read1(_BLOCK):  # what has arrived, up to a block
                 received += len(block)
                 if received > limit:
                     raise CorpusError(

@@ -97,14 +97,14 @@ def strip_wiki_markup(text: str) -> str:
     return html.unescape(text)
 
 
-def wiki_paragraphs(xml_stream, max_page_bytes: int = MAX_PAGE_BYTES) -> Iterator[tuple[str, str]]:
+def wiki_paragraphs(xml_stream, max_page_bytes: int | None = None) -> Iterator[tuple[str, str]]:
     """(paragraph, title) pairs from a MediaWiki dump's articles (namespace 0, no redirects).
 
-    At most `max_page_bytes` of XML are read for one page (a page's text is held whole while
-    it is parsed); each page is dropped from memory once read."""
+    At most `max_page_bytes` (MAX_PAGE_BYTES) of XML are read for one page (a page's text is
+    held whole while it is parsed); each page is dropped from memory once read."""
     stream = _Capped(
         xml_stream,
-        max_page_bytes,
+        max_page_bytes or MAX_PAGE_BYTES,
         "a page of the MediaWiki dump",
         "MediaWiki caps an article at 2 MiB; a pages-articles dump is expected",
     )

@@ -1,0 +1,148 @@
+"""Corpus files downloaded over HTTP from a local server (127.0.0.1), whole or broken: a wrong
+checksum, a transfer cut short, a server that stalls; and MediaWiki dumps read as corpora."""
+
+import bz2
+import hashlib
+import re
+
+import pytest
+from archives import make_leipzig, make_mediawiki_dump, mediawiki_xml, sentences
+from http_files import serving
+
+from jtc.data import downloads, sources
+from jtc.data.corpus import CorpusError
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    """Loopback requests never go through a proxy the environment may name."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def server():
+    with serving(stall_s=20) as files:
+        yield files
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return make_leipzig(tmp_path / "src.tar.gz", sentences(40)).read_bytes()
+
+
+def left(folder):
+    """The names of the files under `folder` (none if it is missing)."""
+    return sorted(p.name for p in folder.rglob("*")) if folder.exists() else []
+
+
+def test_a_download_over_http_is_checked_and_put_in_place(server, archive, tmp_path):
+    url = server.add("/c.tar.gz", archive)
+    digest = hashlib.sha256(archive).hexdigest()
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    assert downloads.download(url, dest, digest.upper(), corpus="c") == digest
+    assert dest.read_bytes() == archive and left(dest.parent) == ["c.tar.gz"]
+    assert len(list(sources.read_leipzig(dest))) == 40
+
+
+def test_a_wrong_checksum_is_refused_and_a_fixed_rerun_downloads_again(server, archive, tmp_path):
+    url = server.add("/c.tar.gz", archive)
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    with pytest.raises(CorpusError) as err:
+        downloads.download(url, dest, "0" * 64, corpus="leip")
+    message = str(err.value)
+    assert f"checksum mismatch for {url}" in message and "corpora.leip.sha256" in message
+    # nothing at the path a reader takes; the download set aside, named in the message
+    assert left(dest.parent) == ["c.tar.gz.rejected"] and "c.tar.gz.rejected" in message
+    digest = hashlib.sha256(archive).hexdigest()
+    assert downloads.download(url, dest, digest, corpus="leip") == digest
+    assert left(dest.parent) == ["c.tar.gz"]  # the rejected copy went with the good download
+    assert server.requests["/c.tar.gz"] == 2
+
+
+@pytest.mark.parametrize(
+    "mode, timeout, problem",
+    [
+        ("cut", None, r"was cut short: \d+ of the \d+ bytes the server announced arrived"),
+        ("stall", 0.5, r"the server stalled before sending any data \(no data for 0.5 s\)"),
+        ("stall_body", 0.5, r"the server stalled after \d+ bytes \(no data for 0.5 s\)"),
+    ],
+)
+def test_a_broken_transfer_is_refused_and_leaves_nothing(
+    server, archive, tmp_path, mode, timeout, problem
+):
+    url = server.add("/c.tar.gz", archive, mode)
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    digest = hashlib.sha256(archive).hexdigest()
+    with pytest.raises(CorpusError, match=problem) as err:
+        downloads.download(url, dest, digest, timeout=timeout, corpus="leip")
+    message = str(err.value)
+    assert url in message and "nothing was kept" in message and "Rerun" in message
+    if mode != "cut":
+        assert "raise corpora.leip.timeout" in message
+    assert left(dest.parent) == []  # no partial file, nothing set aside
+    server.modes["/c.tar.gz"] = "whole"  # the server mended: the same call succeeds
+    assert downloads.download(url, dest, digest, timeout=timeout) == digest
+
+
+def test_a_missing_file_on_the_server_is_named(server, tmp_path):
+    url = server.base + "/none.xml.bz2"
+    dest = tmp_path / "downloads" / "w.xml.bz2"
+    with pytest.raises(CorpusError, match=re.escape(f"cannot download {url}: HTTP Error 404")):
+        downloads.download(url, dest, None, corpus="w")
+    assert left(dest.parent) == []
+
+
+# --- MediaWiki dumps -------------------------------------------------------------------------
+
+
+ARTICLES = {
+    "River city": (
+        "'''River city''' is a [[city|town]] on the [[river]].{{citation needed}} "
+        "The king built a new house there.<ref>A source.</ref>\n"
+        "== History ==\n* a list item that is dropped\n"
+        "The army won the war in the first year."
+    ),
+    "Music": "{{Infobox music|genre=x}}\nThe people played a new song at the school.",
+}
+OTHER_PAGES = [
+    ("Riverside", 0, "#REDIRECT [[River city]] and the water went north.", "River city"),
+    ("Talk:Music", 1, "This talk page sentence is never read at all.", None),
+]
+
+
+def test_a_mediawiki_dump_gives_its_articles_sentences(tmp_path):
+    dump = make_mediawiki_dump(tmp_path / "w.xml.bz2", ARTICLES, OTHER_PAGES)
+    # the articles' sentences, markup dropped, each with its article's title; not the redirect
+    # nor the talk page
+    assert list(sources.read_mediawiki(dump)) == [
+        ("River city is a town on the river.", "River city"),
+        ("The king built a new house there.", "River city"),
+        ("The army won the war in the first year.", "River city"),
+        ("The people played a new song at the school.", "Music"),
+    ]
+
+
+def test_a_mediawiki_dump_is_read_bounded(tmp_path, monkeypatch):
+    long_article = {"Long": " ".join(sentences(400, seed=1))}
+    dump = make_mediawiki_dump(tmp_path / "w.xml.bz2", long_article)
+    inflated = len(mediawiki_xml(long_article).encode())
+    # the XML is read up to DUMP_INFLATION times max_bytes
+    with pytest.raises(CorpusError, match=r"\(decompressed\) has more than the limit"):
+        list(sources.read_mediawiki(dump, max_bytes=inflated // sources.DUMP_INFLATION - 1))
+    assert len(list(sources.read_mediawiki(dump, max_bytes=inflated))) == 400
+    # one page is held whole while it is parsed: at most MAX_PAGE_BYTES
+    monkeypatch.setattr(sources, "MAX_PAGE_BYTES", 4096)
+    with pytest.raises(CorpusError, match="a page of the MediaWiki dump has more than the limit"):
+        list(sources.read_mediawiki(dump))
+
+
+@pytest.mark.parametrize(
+    "data", [b"not bz2 at all", bz2.compress(b"<mediawiki><page><title>x</ti")]
+)
+def test_a_file_that_is_no_mediawiki_dump_is_named(tmp_path, data):
+    dump = tmp_path / "w.xml.bz2"
+    dump.write_bytes(data)
+    with pytest.raises(CorpusError, match=re.escape(f"cannot read MediaWiki dump {dump}")):
+        list(sources.read_mediawiki(dump))
