@@ -146,3 +146,56 @@ def test_a_file_that_is_no_mediawiki_dump_is_named(tmp_path, data):
     dump.write_bytes(data)
     with pytest.raises(CorpusError, match=re.escape(f"cannot read MediaWiki dump {dump}")):
         list(sources.read_mediawiki(dump))
+
+
+# --- the config ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "corpus, problem",
+    [
+        ({"source": "mediawiki"}, "'corpora.c.url' is required for source 'mediawiki'"),
+        ({"source": "mediawiki", "url": "ftp://x/y.bz2"}, "corpora.c.url"),
+        ({"source": "leipzig", "url": "https://x/y", "timeout": 0}, "corpora.c.timeout"),
+        ({"source": "gensim_wiki", "timeout": 5}, "url/sha256/timeout apply only to sources"),
+        ({"source": "text_file", "path": "x", "sha256": "0" * 64}, "apply only to sources"),
+    ],
+)
+def test_download_keys_are_checked(corpus, problem):
+    from configs import BASE
+
+    from jtc.runs.config import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        validate_config({**BASE, "corpora": {"c": corpus}})
+
+
+def test_a_mediawiki_corpus_is_planned_with_its_download(tmp_path):
+    from configs import BASE
+
+    from jtc import paths
+    from jtc.runs.config import ConfigError
+    from jtc.runs.planning import checked_config
+
+    spec = {"source": "mediawiki", "url": "https://example.org/w.xml.bz2", "timeout": 2.5}
+    checked = checked_config({**BASE, "corpora": {"w": spec}}, [])
+    assert checked["corpora"]["w"] == spec
+    assert paths.download("w", "mediawiki") == "data/downloads/w.xml.bz2"
+    assert paths.download("n", "leipzig") == "data/downloads/n.tar.gz"  # as before
+    assert sources.reading_spec(spec) == {"source": "mediawiki", "url": spec["url"]}
+    missing = (tmp_path / "missing.xml.bz2").as_uri()
+    with pytest.raises(ConfigError, match=r"'corpora.w.url': '.*missing.xml.bz2' does not exist"):
+        checked_config({**BASE, "corpora": {"w": {**spec, "url": missing}}}, [])
+
+
+def test_a_mediawiki_download_is_fingerprinted_like_an_archive(tmp_path, monkeypatch):
+    from jtc.runs.fingerprint import corpus_fingerprint
+
+    monkeypatch.chdir(tmp_path)
+    content = b"a dump"
+    sha = hashlib.sha256(content).hexdigest()
+    spec = {"source": "mediawiki", "url": "https://example.org/w.xml.bz2", "sha256": sha}
+    assert corpus_fingerprint("w", spec) == f"sha256:{sha}"  # before the download: the pin
+    (tmp_path / "data/downloads").mkdir(parents=True)
+    (tmp_path / "data/downloads/w.xml.bz2").write_bytes(b"replaced by hand")
+    assert corpus_fingerprint("w", spec) != f"sha256:{sha}"  # after: the file's own
