@@ -199,3 +199,31 @@ def test_a_mediawiki_download_is_fingerprinted_like_an_archive(tmp_path, monkeyp
     (tmp_path / "data/downloads").mkdir(parents=True)
     (tmp_path / "data/downloads/w.xml.bz2").write_bytes(b"replaced by hand")
     assert corpus_fingerprint("w", spec) != f"sha256:{sha}"  # after: the file's own
+
+
+def test_a_chunked_transfer_cut_short_is_refused(tmp_path):
+    """No Content-Length, chunks, the connection closed inside one: refused, nothing kept."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/w.xml.bz2"
+
+    def serve_once():
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + b"x" * 100
+            )
+
+    thread = threading.Thread(target=serve_once)
+    thread.start()
+    dest = tmp_path / "downloads" / "w.xml.bz2"
+    try:
+        with pytest.raises(CorpusError, match=re.escape(f"download {url} was cut short")):
+            downloads.download(url, dest, None, timeout=5, corpus="w")
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+    assert left(dest.parent) == []

@@ -88,7 +88,7 @@ def test_corpora_downloaded_over_http_reach_the_r2_tables(tmp_path):
     # how long a download may wait changes no result: a new timeout reruns nothing
     config["corpora"]["wiki"]["timeout"] = 30
     write_config(work, config)
-    assert rules_run(run_snakemake(work, *tables, "-n", env=ENV)) == {}
+    assert rules_run(run_snakemake(work, *tables, env=ENV)) == {}
 
 
 def make_config(work, leip, wiki):

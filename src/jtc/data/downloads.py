@@ -47,15 +47,16 @@ def _failure(url: str, exc: BaseException, received: int, wait: float, key: str)
             f"cannot download {url}: the server stalled {when} (no data for {wait:g} s); "
             f"{nothing}. Rerun to try again, or raise {key}.timeout for a slow server"
         )
-    if isinstance(exc, http.client.IncompleteRead):
-        return _cut_short(url, received, received + (exc.expected or 0))
+    if isinstance(exc, http.client.IncompleteRead):  # a chunked transfer closed mid-way
+        return _cut_short(url, received, None)
     return f"cannot download {url}: {exc}; {nothing}. Check {key}.url and the network, then rerun"
 
 
-def _cut_short(url: str, received: int, announced: int) -> str:
+def _cut_short(url: str, received: int, announced: int | None) -> str:
+    got = f"{received} of the {announced} bytes the server announced" if announced else received
     return (
-        f"download {url} was cut short: {received} of the {announced} bytes the server announced "
-        "arrived before the connection closed; nothing was kept. Rerun to try again"
+        f"download {url} was cut short: {got} arrived before the connection closed; nothing "
+        "was kept. Rerun to try again"
     )
 
 
