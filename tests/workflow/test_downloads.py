@@ -59,7 +59,10 @@ def test_corpora_downloaded_over_http_reach_the_r2_tables(tmp_path):
         assert failed.returncode != 0
         log = (work / "logs/download_corpus/wiki.xml.bz2.log").read_text()
         assert f"checksum mismatch for {wiki['url']}" in log and "corpora.wiki.sha256" in log
+        # the run stops with the message on the terminal too, the fix named
         assert "Error in rule download_corpus" in failed.stderr
+        assert f"checksum mismatch for {wiki['url']}" in failed.stderr
+        assert "Check corpora.wiki.url and corpora.wiki.sha256" in failed.stderr
         # nothing a run reads: no download, no partial file, no sentence table; only the
         # rejected file, set aside for inspection
         assert sorted(p.name for p in downloads.iterdir()) == ["wiki.xml.bz2.rejected"]
