@@ -29,10 +29,15 @@ def make_tar(path, members):
     return path
 
 
+WORDS = (
+    "the a of to in and is was for on that with as by at from it they this city river king "
+    "music war year people first new state school team game world house water time day life "
+    "work book film song army church party group law north south played wrote built won lost"
+).split()
+
+
 def sentences(count, seed=0, words=None):
     """`count` distinct made-up English sentences of 6 to 12 words (a seeded draw)."""
-    from tiny import WORDS
-
     rng = np.random.default_rng(seed)
     found, vocabulary = [], words or WORDS
     while len(found) < count:
