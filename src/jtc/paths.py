@@ -7,7 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 RESULTS = "results"
-DOWNLOAD = "data/downloads/{corpus}.tar.gz"  # a corpus archive fetched by URL
+# a corpus file fetched by URL, named with its source's suffix (download): a Leipzig archive
+# data/downloads/NAME.tar.gz, a MediaWiki dump data/downloads/NAME.xml.bz2
+DOWNLOAD = "data/downloads/{corpus}{suffix}"
+DOWNLOAD_SUFFIXES = {"leipzig": ".tar.gz", "mediawiki": ".xml.bz2"}  # the sources fetched by URL
 JOINED = "data/joined"  # model files joined from the parts they ship in (jtc.model.joined)
 CORPUS = f"{RESULTS}/corpora/{{corpus}}.parquet"  # the sentence table
 MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenizer, info.json)
@@ -29,6 +32,11 @@ METRICS = f"{RESULTS}/metrics/{{model}}/{{corpus}}"  # the tables, e.g. r2.parqu
 FIGURES = f"{RESULTS}/figures/{{model}}/{{corpus}}"  # the figures, e.g. prediction.png
 HEADLINE = f"{RESULTS}/metrics/headline.parquet"  # the headline numbers of every model, corpus
 LANDING = f"{RESULTS}/report/landing.rst"  # the report's landing page, with those numbers
+
+
+def download(corpus: str, source: str) -> str:
+    """Where a corpus of a source fetched by URL (DOWNLOAD_SUFFIXES) is downloaded to."""
+    return DOWNLOAD.format(corpus=corpus, suffix=DOWNLOAD_SUFFIXES[source])
 
 
 def metric(name: str) -> str:

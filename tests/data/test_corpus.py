@@ -6,7 +6,7 @@ import os
 import pytest
 from archives import make_tar
 
-from jtc.data import corpus, sources
+from jtc.data import corpus, downloads, sources
 from jtc.data.corpus import CorpusError
 
 LEIPZIG_LINES = [
@@ -117,19 +117,19 @@ def test_download_checks_sha256(tmp_path):
     archive = leipzig_archive(tmp_path / "src.tar.gz")
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     dest = tmp_path / "data" / "c.tar.gz"
-    assert sources.download(archive.as_uri(), dest, digest) == digest
+    assert downloads.download(archive.as_uri(), dest, digest) == digest
     assert dest.read_bytes() == archive.read_bytes()
 
     bad = tmp_path / "data" / "d.tar.gz"
     with pytest.raises(CorpusError, match="checksum mismatch"):
-        sources.download(archive.as_uri(), bad, "0" * 64)
+        downloads.download(archive.as_uri(), bad, "0" * 64)
     assert not bad.exists()
     assert (tmp_path / "data" / "d.tar.gz.rejected").read_bytes() == archive.read_bytes()
 
 
 def test_unreachable_url(tmp_path):
     with pytest.raises(CorpusError, match="cannot download"):
-        sources.download((tmp_path / "missing.tar.gz").as_uri(), tmp_path / "x.tar.gz", None)
+        downloads.download((tmp_path / "missing.tar.gz").as_uri(), tmp_path / "x.tar.gz", None)
 
 
 # --- bounded inputs --------------------------------------------------------------------------
@@ -217,12 +217,12 @@ def test_download_larger_than_its_limit_is_refused_and_deleted(tmp_path, monkeyp
     size = archive.stat().st_size
     dest = tmp_path / "data" / "c.tar.gz"
     with pytest.raises(CorpusError, match=rf"is {size} bytes, more than the limit of {size - 1}"):
-        sources.download(archive.as_uri(), dest, None, max_bytes=size - 1)
+        downloads.download(archive.as_uri(), dest, None, max_bytes=size - 1)
     assert list((tmp_path / "data").iterdir()) == []
     monkeypatch.setattr(sources, "MAX_DOWNLOAD_BYTES", size - 1)  # the default limit
     with pytest.raises(CorpusError, match=f"limit of {size - 1} bytes"):
-        sources.download(archive.as_uri(), dest, None)
-    sources.download(archive.as_uri(), dest, None, max_bytes=size)
+        downloads.download(archive.as_uri(), dest, None)
+    downloads.download(archive.as_uri(), dest, None, max_bytes=size)
     assert dest.read_bytes() == archive.read_bytes()
 
 
@@ -230,11 +230,11 @@ def test_download_larger_than_its_limit_is_refused_and_deleted(tmp_path, monkeyp
 def test_download_of_a_device_is_refused(tmp_path, monkeypatch):
     dest = tmp_path / "data" / "c.tar.gz"
     with pytest.raises(CorpusError, match="'/dev/zero' is a character device"):
-        sources.download("file:///dev/zero", dest, None)
+        downloads.download("file:///dev/zero", dest, None)
     with pytest.raises(CorpusError, match="is a directory"):
-        sources.download(tmp_path.as_uri(), dest, None)
+        downloads.download(tmp_path.as_uri(), dest, None)
     # past the check (as an endless HTTP body would be): cut at the limit, the part deleted
     monkeypatch.setattr(sources, "file_problem", lambda path: None)
     with pytest.raises(CorpusError, match=r"has more than the limit of 3145728 bytes; refused"):
-        sources.download("file:///dev/zero", dest, None, max_bytes=3 << 20)
+        downloads.download("file:///dev/zero", dest, None, max_bytes=3 << 20)
     assert list((tmp_path / "data").iterdir()) == []

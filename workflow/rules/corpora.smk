@@ -1,11 +1,17 @@
 include: "inputs/corpora.smk"
 
 
+from jtc.data.sources import reading_spec
+
+
 rule download_corpus:
     output:
         paths.DOWNLOAD,
     log:
-        "logs/download_corpus/{corpus}.log",
+        "logs/download_corpus/{corpus}{suffix}.log",
+    wildcard_constraints:
+        # the file's suffix names its source (paths.DOWNLOAD_SUFFIXES)
+        suffix="|".join(s.replace(".", r"\.") for s in paths.DOWNLOAD_SUFFIXES.values()),
     conda:
         "../envs/jtc.yaml"
     params:
@@ -28,7 +34,8 @@ rule prepare_corpus:
     conda:
         "../envs/jtc.yaml"
     params:
-        spec=lambda w: config["corpora"][w.corpus],
+        # the entry less what only the download reads (its timeout): no rerun when that changes
+        spec=lambda w: reading_spec(config["corpora"][w.corpus]),
         seed=config["seed"],
         validation_fraction=config["validation_fraction"],
         code=code_hash("prepare_corpus"),

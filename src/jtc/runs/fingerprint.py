@@ -210,7 +210,7 @@ def corpus_fingerprint(
     name: str, spec: Mapping[str, Any], cache: FingerprintCache | None = None
 ) -> str | None:
     """The fingerprint of what prepare_corpus reads from outside the workflow: a text_file's
-    text, a leipzig corpus's downloaded archive; None otherwise.
+    text, a leipzig or mediawiki corpus's downloaded file; None otherwise.
 
     An archive that is not there (yet) is downloaded in the run, after its prepare_corpus job
     was planned with this value, and Snakemake records the value it planned with. So that the
@@ -218,14 +218,15 @@ def corpus_fingerprint(
     match), else the archive's last known fingerprint, else None."""
     if spec["source"] == "text_file":
         return fingerprint_if_present(spec["path"], cache)
-    if spec["source"] != "leipzig":
+    from jtc.paths import DOWNLOAD_SUFFIXES, download
+
+    if spec["source"] not in DOWNLOAD_SUFFIXES:
         return None
-    from jtc.paths import DOWNLOAD
 
     own = cache is None
     if cache is None:
         cache = FingerprintCache()
-    archive = os.path.abspath(DOWNLOAD.format(corpus=name))
+    archive = os.path.abspath(download(name, spec["source"]))
     found = fingerprint_if_present(archive, cache)
     if own:
         cache.save()

@@ -1,16 +1,26 @@
-"""Stages of workflow/rules/corpora.smk: fetch a corpus archive, build the sentence table."""
+"""Stages of workflow/rules/corpora.smk: fetch a corpus file by URL, build the sentence table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def download_corpus(url: str, sha256: str | None, out: str, *, max_bytes: int | None) -> None:
-    """Fetch a corpus archive by URL, checked against `sha256` when it is given, refused
-    beyond `max_bytes` (none: jtc.data.sources.MAX_DOWNLOAD_BYTES)."""
-    from jtc.data.sources import download
+def download_corpus(
+    name: str,
+    url: str,
+    sha256: str | None,
+    out: str,
+    *,
+    max_bytes: int | None,
+    timeout: float | None,
+) -> None:
+    """Fetch a corpus's file (a Leipzig archive, a MediaWiki dump) by URL, checked against
+    `sha256` when it is given, refused beyond `max_bytes` (none:
+    jtc.data.sources.MAX_DOWNLOAD_BYTES) and given up on after `timeout` seconds without data
+    (none: jtc.data.downloads.DOWNLOAD_TIMEOUT)."""
+    from jtc.data.downloads import download
 
-    download(url, Path(out), sha256, max_bytes)
+    download(url, Path(out), sha256, max_bytes, timeout=timeout, corpus=name)
 
 
 def prepare_corpus(

@@ -11,8 +11,8 @@ def corpus_content(wildcards):
 
 def corpus_inputs(wildcards):
     spec = config["corpora"][wildcards.corpus]
-    if spec["source"] == "leipzig":
-        return {"archive": paths.DOWNLOAD.format(corpus=wildcards.corpus)}
+    if spec["source"] in paths.DOWNLOAD_SUFFIXES:  # a file downloaded by URL
+        return {"archive": paths.download(wildcards.corpus, spec["source"])}
     if spec["source"] == "text_file":
         return {"text": spec["path"]}
     return {}
