@@ -39,17 +39,19 @@ HOSTED = "jtc-test/jtc"  # the owner/name that github(...) declarations name
 TAG = "v0"
 
 
-def deploy(folder, snakefile: str, config: dict) -> Path:
+def deploy(folder, snakefile: str, config: dict, profile: bool = True) -> Path:
     """A deployment folder: workflow/Snakefile declaring jtc as a module whose source is
     `snakefile` (Snakefile syntax: a quoted path, or `github(...)`), config/config.yaml holding
-    `config`, and jtc's workflow profile copied to workflow/profiles/default (docs/deploying.md)."""
+    `config`, and with `profile` jtc's workflow profile copied to workflow/profiles/default
+    (docs/deploying.md)."""
     folder = Path(folder)
     (folder / "config").mkdir(parents=True, exist_ok=True)
     (folder / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "workflow").mkdir(exist_ok=True)
     text = DEPLOYED_SNAKEFILE.format(repo=HOSTED, snakefile=snakefile)
     (folder / "workflow" / "Snakefile").write_text(text)
-    shutil.copytree(ROOT / "workflow/profiles/default", folder / "workflow/profiles/default")
+    if profile:
+        shutil.copytree(ROOT / "workflow/profiles/default", folder / "workflow/profiles/default")
     return folder
 
 

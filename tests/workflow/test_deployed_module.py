@@ -14,7 +14,15 @@ from deploy import (
     run_deployed,
     seed_github_cache,
 )
-from harness import SNAKEFILE, make_tiny_project, read_config, rules_run, run_snakemake
+from harness import (
+    SNAKEFILE,
+    make_tiny_project,
+    planned,
+    read_config,
+    rules_run,
+    run_snakemake,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -83,3 +91,12 @@ def test_a_module_from_github_without_jtc_installed_names_the_install(config, tm
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
     assert "jtc is not importable" in output and "pip install" in output, output
+
+
+def test_a_configfile_given_replaces_the_deployed_config_without_jtcs_profile(config, tmp_path):
+    # Snakemake merges a --configfile into the deployed config/config.yaml unless the profile
+    # says replace-workflow-config; jtc replaces it either way, as in direct use
+    folder = deploy(tmp_path / "deployed", f'"{SNAKEFILE}"', config, profile=False)
+    other = write_config(tmp_path, {**config, "models": {"other": config["models"]["gpt"]}})
+    proc = run_deployed(folder, "-n", "--configfile", other)
+    assert planned(proc, "model") == {"other"}
