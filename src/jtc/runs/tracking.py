@@ -15,8 +15,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 PACKAGE = "jtc"
 
@@ -189,7 +191,35 @@ def code_hash(src: str | Path, script: str | Path) -> str:
 def run_jobs_from(src: str | Path) -> None:
     """Make the jobs this process starts import jtc from the source folder `src` (first on
     PYTHONPATH), so that a job runs the code whose hash was computed from `src`."""
-    import os
-
     rest = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(src), *([rest] if rest else [])])
+
+
+def imported_source(package: ModuleType, checkout_src: str | None, links: str | Path) -> str:
+    """The source folder of the imported `jtc` package (`package`), for the code hashes and for
+    the jobs' PYTHONPATH (run_jobs_from).
+
+    `checkout_src`: the checkout's src/ beside the workflow (the workflow run from its checkout,
+    or as a module by its path): jtc must have been imported from there; it is returned as it
+    is. None (a remote module): jtc is an installed package, whose parent folder (site-packages)
+    holds other packages too, so the folder returned is `links`, holding one link `jtc` to the
+    package alone: jobs put it first on PYTHONPATH without shadowing anything else, in any
+    environment (a conda one included), and import the jtc that planning hashed."""
+    folder = Path(package.__file__ or "").resolve().parent
+    if checkout_src is not None:
+        if folder != Path(checkout_src, PACKAGE).resolve():
+            raise ImportError(
+                f"jtc was imported from {folder}, not from this workflow's {checkout_src}: "
+                "something imported another jtc before the workflow did (the including "
+                "Snakefile?); import nothing of jtc there"
+            )
+        return checkout_src
+    links = Path(links).absolute()
+    link = links / PACKAGE
+    if not (link.is_symlink() and link.resolve() == folder):
+        links.mkdir(parents=True, exist_ok=True)
+        fresh = links / f".{PACKAGE}.{os.getpid()}"
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(folder, target_is_directory=True)
+        os.replace(fresh, link)
+    return str(links)

@@ -27,4 +27,4 @@ def headline_inputs(wildcards):
 def landing_template():
     """The text of the report's landing page (workflow/report/workflow.rst): a param, so that
     editing it remakes the landing page wherever the workflow is checked out."""
-    return Path(workflow.basedir, "report", "workflow.rst").read_text(encoding="utf-8")
+    return Path(workflow_file("report/workflow.rst")).read_text(encoding="utf-8")

@@ -17,9 +17,11 @@ from jtc.runs.tracking import code_hash as _code_hash
 
 def code_hash(rule):
     """Hash of the code a rule's job runs: its script workflow/scripts/<rule>.py and every jtc
-    module that script can load (jtc.runs.tracking), so that editing them reruns the rule.
+    module that script can load (jtc.runs.tracking), so that editing them reruns the rule. The
+    script is read from the workflow's own tree (workflow_file: on disk, or a remote module's
+    cached copy), jtc from the folder it is imported from (SRC, workflow/Snakefile).
     """
-    return _code_hash(SRC, Path(workflow.basedir, "scripts", f"{rule}.py"))
+    return _code_hash(SRC, workflow_file(f"scripts/{rule}.py"))
 
 
 def device_map(wildcards):
