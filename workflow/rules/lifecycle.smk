@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.runs.keep import NO_LINKS_NOTE, Keeper, drop_stale
+from jtc.runs.draws import sizes_problem
 from jtc.runs.locks import run_start
 from jtc.runs.planning import (
     gpu_problem,
@@ -53,10 +54,10 @@ def _restore_kept():
 
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
-    made with other settings (or are other outputs); say which outputs it replaces because
-    the config changed."""
+    made with other settings (or are other outputs), and more sentences than a prepared
+    corpus has (jtc.runs.draws); say which outputs it replaces as the config changed."""
     jobs = planned_jobs(workflow.dag)
-    problem = stale_problem(jobs)
+    problem = stale_problem(jobs) or sizes_problem(jobs, config)
     if problem:
         raise WorkflowError(problem)
     note = replaced_note(jobs)

@@ -37,6 +37,7 @@ from jtc.settings import CalibrationSettings
 from jtc.shortcuts.methods import default_rank
 
 log = logging.getLogger(__name__)
+CALIBRATION_KEY = "pruning.calibration_sentences"
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ def calibrate(
     if problem:
         raise ValueError(problem)
     count = settings.calibration_sentences
-    inputs, _ = every_token(tokenizer, info, sentences, "train", count, corpus, max_tokens)
+    inputs, _ = every_token(
+        tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+    )
     plan = StatisticsPlan.of(num_layers, lengths, settings.variants)
     log.info(
         "calibration sums: %d d × d float64 matrices, %.2f GB",
