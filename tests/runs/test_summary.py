@@ -84,8 +84,8 @@ def test_the_summary_names_underdetermined_pruning_and_tied_choices(tmp_path):
     found = problems(results, ["m"], ["news"])
     assert found == [
         "m/news: depth pruning's replaceme maps fitted on 352 calibration tokens, fewer than the "
-        "width 576: underdetermined, they reproduce the calibration tokens, so `measured` cannot tell "
-        "the spans apart and the maps are fitted to noise (pruning_selected.csv, "
+        "width 576: underdetermined, they reproduce the calibration tokens, so `measured` "
+        "cannot tell the spans apart and the maps are fitted to noise (pruning_selected.csv, "
         "underdetermined; raise pruning.calibration_sentences)",
         "m/news: depth pruning's choice was a tie, broken by the angular distance: measured for "
         "replaceme at length 8 (21 spans) (pruning_selected.csv, tied, tied_removed)",

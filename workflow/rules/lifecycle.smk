@@ -27,7 +27,9 @@ from jtc.runs.watchdog import mark_run
 # (jtc.runs.locks.run_start); one run at a time in a folder, even two started at once: the
 # second stops here with jtc's message, before Snakemake's advice to --unlock
 if workflow.is_main_process:
-    _notes, _refused = run_start(dry_run=workflow.output_settings.dryrun)
+    _notes, _refused = run_start(
+        dry_run=getattr(workflow.output_settings, "dryrun", False)
+    )
     for _note in _notes:
         print(_note, file=sys.stderr)
     if _refused:
