@@ -83,3 +83,15 @@ def test_locks_that_jobs_of_a_killed_run_hold_refuse_a_run_not_a_dry_run(folder)
     assert held is None and notes == [
         f"jtc: removed a stale lock left by an interrupted run: {lock}"
     ]
+
+
+def test_a_pid_left_by_an_earlier_holder_that_is_gone_is_not_named(folder):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True).stdout.strip()  # fmt: skip
+    path = folder / "lock"
+    path.write_text(f"{gone}\nsnakemake all\n")
+    with open(path) as handle:
+        assert locks._holder(handle, wait=0.2) is None
+    path.write_text(f"{os.getpid()}\n")
+    with open(path) as handle:
+        assert locks._holder(handle, wait=0.2) == os.getpid()

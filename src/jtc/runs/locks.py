@@ -252,6 +252,16 @@ def take_run_lock(folder: str | os.PathLike = ".") -> str | None:
     return None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def release_run_lock() -> None:
     """Let go of the run lock this process holds (it goes with the process anyway)."""
     while _HELD:
@@ -260,12 +270,13 @@ def release_run_lock() -> None:
 
 def _holder(handle: IO[str], wait: float = 2.0) -> int | None:
     """The PID the run lock's holder wrote into it (None if none within `wait` seconds: it
-    writes it right after taking the lock)."""
+    writes it right after taking the lock; until then the file may still name an earlier
+    holder, gone since)."""
     deadline = time.monotonic() + wait
     while True:
         handle.seek(0)
         first = handle.readline().strip()
-        if first.isdigit():
+        if first.isdigit() and _alive(int(first)):
             return int(first)
         if time.monotonic() > deadline:
             return None
