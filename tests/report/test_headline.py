@@ -276,3 +276,20 @@ def test_the_headline_stage_reads_the_pruning_table_of_the_pairs_that_name_it(
     assert rows[("enc", "mat")]["pruning_variant"] is None
     text = landing.read_text()
     assert text.startswith("Title\n=====\n\n") and text.count("Depth pruning.") == 1
+
+
+def test_the_landing_page_names_underdetermined_pruning_and_a_tie():
+    extra = {"calibration_tokens": 352, "underdetermined": True, "tied": 21}
+    rows = [
+        pruning_row(8, "angular_distance", "drop", 2.5, 0.81) | extra | {"underdetermined": False},
+        pruning_row(8, "measured", "replaceme", 1.3, 0.9, start=1) | extra,
+    ]
+    tables = Tables(r2_table(["id"]), parameters(["id"]), pruning=pa.Table.from_pylist(rows))
+    row = headline_rows("lm", "news", tables)[0]
+    assert row["pruning_underdetermined_variants"] == "replaceme"
+    assert (row["pruning_tied"], row["pruning_calibration_tokens"]) == (21, 352)
+    html = rendered(landing_section(headline_table([row])))
+    assert "System Message" not in html
+    assert "tied across 21 spans" in html
+    assert "the replaceme maps were fitted on 352 calibration tokens, fewer than the width" in html
+    assert "lm on news (depth pruning: replaceme on calibration tokens)" in html

@@ -55,3 +55,41 @@ def test_the_summary_names_the_results_and_every_value_that_is_not_a_number(tmp_
     message = run_summary(results, ["m"], ["wiki", "absent"])
     assert f"Tables: {results}/metrics/<model>/<corpus>/" in message
     assert f"--report {results}/report.html" in message and "note" not in message
+
+
+def test_the_summary_names_underdetermined_pruning_and_tied_choices(tmp_path):
+    results = tmp_path / "results"
+    row = {"length": 8, "calibration_tokens": 352, "tied": 1, "underdetermined": False}
+    write(
+        results / "metrics/m/news/pruning_selected.parquet",
+        [
+            {**row, "selection": "measured", "variant": "drop"},
+            {
+                **row,
+                "selection": "measured",
+                "variant": "replaceme",
+                "underdetermined": True,
+                "tied": 21,
+            },
+            {
+                **row,
+                "selection": "angular_distance",
+                "variant": "replaceme",
+                "underdetermined": True,
+            },
+        ],  # fmt: skip
+    )
+    parameters = {"method": "id", "hidden_size": 576, "underdetermined": False}
+    write(results / "metrics/m/news/parameters.parquet", [parameters])
+    found = problems(results, ["m"], ["news"])
+    assert found == [
+        "m/news: depth pruning's replaceme maps fitted on 352 calibration tokens, fewer than the "
+        "width 576: underdetermined, they reproduce the calibration tokens, so `measured` "
+        "cannot tell the spans apart and the maps are fitted to noise (pruning_selected.csv, "
+        "underdetermined; raise pruning.calibration_sentences)",
+        "m/news: depth pruning's choice was a tie, broken by the angular distance: measured for "
+        "replaceme at length 8 (21 spans) (pruning_selected.csv, tied, tied_removed)",
+    ]
+    assert "jtc: note: m/news: depth pruning's replaceme maps" in run_summary(
+        results, ["m"], ["news"]
+    )

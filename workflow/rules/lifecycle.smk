@@ -10,7 +10,8 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.runs.keep import NO_LINKS_NOTE, Keeper, drop_stale
-from jtc.runs.locks import lock_notes
+from jtc.runs.draws import sizes_problem
+from jtc.runs.locks import run_start
 from jtc.runs.planning import (
     gpu_problem,
     planned_jobs,
@@ -23,9 +24,16 @@ from jtc.runs.watchdog import mark_run
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
 # jobs); locks kept because processes still work here are named, with how to stop them
+# (jtc.runs.locks.run_start); one run at a time in a folder, even two started at once: the
+# second stops here with jtc's message, before Snakemake's advice to --unlock
 if workflow.is_main_process:
-    for _note in lock_notes():
+    _notes, _refused = run_start(
+        dry_run=getattr(workflow.output_settings, "dryrun", False)
+    )
+    for _note in _notes:
         print(_note, file=sys.stderr)
+    if _refused:
+        raise WorkflowError(_refused)
 
 # A failed job costs nothing already computed (jtc.runs.keep): every output under results/ gets a
 # hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
@@ -48,10 +56,10 @@ def _restore_kept():
 
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
-    made with other settings (or are other outputs); say which outputs it replaces because
-    the config changed."""
+    made with other settings (or are other outputs), and more sentences than a prepared
+    corpus has (jtc.runs.draws); say which outputs it replaces as the config changed."""
     jobs = planned_jobs(workflow.dag)
-    problem = stale_problem(jobs)
+    problem = stale_problem(jobs) or sizes_problem(jobs, config)
     if problem:
         raise WorkflowError(problem)
     note = replaced_note(jobs)

@@ -126,13 +126,17 @@ def sentence_table(
     )
 
 
-def select_split(table: pa.Table, split: str, n: int, corpus: str) -> pa.Table:
-    """The first `n` sentences of `split` in the table's seeded order."""
+def select_split(
+    table: pa.Table, split: str, n: int, corpus: str, key: str | None = None
+) -> pa.Table:
+    """The first `n` sentences of `split` in the table's seeded order (`key`: the config key
+    that asks for them, named if there are fewer; None: sizes.<split>)."""
     rows = table.filter(pc.equal(table.column("split"), split))
     if rows.num_rows < n:
+        key = key or f"sizes.{split}"
         raise CorpusError(
-            f"corpus '{corpus}' has {rows.num_rows} {split} sentences but {n} were requested; "
-            f"lower sizes.{split} or use a larger corpus"
+            f"config key '{key}': corpus '{corpus}' has {rows.num_rows} {split} sentences but "
+            f"{n} were requested; lower {key} or use a larger corpus"
         )
     order = np.argsort(rows.column("order").to_numpy(), kind="stable")[:n]
     return rows.take(pa.array(order))

@@ -55,7 +55,9 @@ def held_out_documents(sentences: pa.Table, calibration_sentences: int, corpus: 
     """The text of every document of the corpus table `sentences` none of whose sentences is a
     calibration sentence: its sentences in source order (sentence_id) joined by spaces; the
     documents in order of their first sentence."""
-    calibration = select_split(sentences, "train", calibration_sentences, corpus)
+    calibration = select_split(
+        sentences, "train", calibration_sentences, corpus, "pruning.calibration_sentences"
+    )
     tainted = pc.unique(calibration.column("document"))
     kept = sentences.filter(pc.invert(pc.is_in(sentences.column("document"), tainted)))
     kept = kept.sort_by("sentence_id")

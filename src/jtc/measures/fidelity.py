@@ -46,7 +46,8 @@ def prompt_inputs(
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """The token ids (the tokenizer's special tokens added, at most max_tokens) of validation
     sentences skip+1..skip+prompts in the seeded order, and their sentence ids."""
-    table = select_split(sentences, "validation", skip + prompts, corpus).slice(skip)
+    key = "pruning.generation.prompts"  # after the evaluation and selected sentences
+    table = select_split(sentences, "validation", skip + prompts, corpus, key).slice(skip)
     inputs = [
         np.asarray(tokenizer(text).input_ids[:max_tokens], dtype=np.int64)
         for text in table.column("text").to_pylist()

@@ -13,16 +13,31 @@ from torch import nn
 
 from jtc.data.extract import pad_token_id
 from jtc.model.adapters import adapter_of
-from jtc.pruning.fits import SpanFit, fit_span, select_spans
+from jtc.pruning.fits import (
+    LINEAR_VARIANTS,
+    TIE,
+    Selected,
+    SpanFit,
+    fit_span,
+    select_spans,
+    underdetermined_fit,
+)
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import MODEL_FINGERPRINT
-from jtc.pruning.spans import StatisticsPlan, pruning_problem, resolved_lengths, spans
+from jtc.pruning.spans import (
+    StatisticsPlan,
+    pruning_problem,
+    removed_label,
+    resolved_lengths,
+    spans,
+)
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
 from jtc.settings import CalibrationSettings
 from jtc.shortcuts.methods import default_rank
 
 log = logging.getLogger(__name__)
+CALIBRATION_KEY = "pruning.calibration_sentences"
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,9 @@ def calibrate(
     if problem:
         raise ValueError(problem)
     count = settings.calibration_sentences
-    inputs, _ = every_token(tokenizer, info, sentences, "train", count, corpus, max_tokens)
+    inputs, _ = every_token(
+        tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+    )
     plan = StatisticsPlan.of(num_layers, lengths, settings.variants)
     log.info(
         "calibration sums: %d d × d float64 matrices, %.2f GB",
@@ -76,6 +93,8 @@ def calibrate(
         for start, n in spans(num_layers, lengths, variant)
     ]
     chosen = select_spans(grams, fits, lengths, settings.variants)
+    for line in calibration_warnings(model, corpus, grams.tokens, width, count, chosen):
+        log.warning("%s", line)
     return Calibration(
         fits=fits,
         metadata={
@@ -86,6 +105,43 @@ def calibrate(
             "rank": rank,
             "ridge": settings.ridge,
         },
-        calibration=calibration_table(grams, fits, settings.ridge),
-        selection=selection_table(chosen, num_layers),
+        calibration=calibration_table(grams, fits, settings.ridge, width),
+        selection=selection_table(chosen, num_layers, grams.tokens, width),
     )
+
+
+def underdetermined_message(
+    model: str, corpus: str, variants: list[str], tokens: int, width: int, sentences: int
+) -> str:
+    """The warning for depth pruning's maps fitted on fewer calibration tokens than the width."""
+    per_sentence = max(tokens / max(sentences, 1), 1.0)
+    return (
+        f"{model} on {corpus}: depth pruning's {', '.join(variants)} maps were fitted on "
+        f"{tokens} calibration tokens, fewer than the width {width}: underdetermined, each "
+        "reproduces the calibration tokens, so its calibration_loss is 0 up to rounding for "
+        "every span and the `measured` rule cannot tell the spans apart (its ties are broken by "
+        "the angular distance), and the maps themselves are fitted to noise; raise "
+        f"pruning.calibration_sentences from {sentences} to well above {width} tokens (at "
+        f"least about {int(width / per_sentence) + 1} sentences of this corpus)"
+    )
+
+
+def calibration_warnings(
+    model: str, corpus: str, tokens: int, width: int, sentences: int, chosen: list[Selected]
+) -> list[str]:
+    """The calibration's warnings: maps fitted on fewer tokens than the width (one line), and
+    every choice a tie decided (one line each, naming the tied spans)."""
+    lines = []
+    fitted = list(dict.fromkeys(s.variant for s in chosen if s.variant in LINEAR_VARIANTS))
+    if fitted and underdetermined_fit(fitted[0], tokens, width):
+        lines.append(underdetermined_message(model, corpus, fitted, tokens, width, sentences))
+    for s in chosen:
+        if s.tied:
+            spans = ", ".join(removed_label(range(t + 1, t + s.length + 1)) for t in s.tied)
+            lines.append(
+                f"{model} on {corpus}: {s.selection} ties for {s.variant} at length {s.length}: "
+                f"{len(s.tied)} spans within {TIE:g} of the best (blocks {spans}); chose blocks "
+                f"{removed_label(s.removed)}, the smallest angular distance of them "
+                "(pruning_selected.csv: tied, tied_removed)"
+            )
+    return lines

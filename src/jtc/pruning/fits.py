@@ -162,16 +162,42 @@ def fit_span(
     raise ValueError(f"unknown pruning variant '{variant}'; known: {', '.join(VARIANTS)}")
 
 
+# selection statistics within this of the best value are tied (they are relative losses,
+# angles/π and influences, all dimensionless and O(1e-3..1)): a map fitted on fewer calibration
+# tokens than the width reproduces them, so every span's calibration loss is 0 up to rounding
+TIE = 1e-6
+LINEAR_VARIANTS = ("mat", "low_rank", "replaceme")  # the variants with a fitted map
+
+
+def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:
+    """Whether a variant's map was fitted on fewer calibration tokens than the width of the
+    states it reads (every output coordinate then has more inputs than tokens to fit them: the
+    fit reproduces them and its calibration loss says nothing of the span)."""
+    return variant in LINEAR_VARIANTS and tokens < width
+
+
 @dataclass(frozen=True)
 class Selected:
     """The span a selection rule chose for one length and variant: its removed blocks
-    (1-based), and its start (-1 when the blocks are not consecutive)."""
+    (1-based), its start (-1 when the blocks are not consecutive), and the starts of the spans
+    whose statistic tied with its own (within TIE, itself included; empty without a tie)."""
 
     length: int
     selection: str
     variant: str
     start: int
     removed: tuple[int, ...]
+    tied: tuple[int, ...] = ()
+
+
+def _choice(values: Sequence[float], angles: Sequence[float]) -> tuple[int, list[int]]:
+    """(index of the chosen span, indices of the spans tied with it: [] without a tie) of the
+    smallest of `values`; a tie is broken by the smallest angular distance (`angles`), then the
+    earliest start."""
+    best = float(np.min(values))
+    tied = [k for k, v in enumerate(values) if v <= best + TIE]
+    chosen = min(tied, key=lambda k: (angles[k], k))
+    return chosen, tied if len(tied) > 1 else []
 
 
 def select_spans(
@@ -180,22 +206,27 @@ def select_spans(
     """For each length and variant, the span each rule chooses, from calibration statistics
     only: the smallest angular distance (UIDL), the smallest Block Influence summed over the
     span (ShortGPT), the smallest calibration loss of the variant itself (measured); and for
-    drop, ShortGPT's n blocks of lowest Block Influence, consecutive or not. Ties go to the
-    earliest start."""
+    drop, ShortGPT's n blocks of lowest Block Influence, consecutive or not. Values within TIE
+    of the best tie (every map fitted on fewer calibration tokens than the width reproduces
+    them: `measured` then ties everywhere): the tie is recorded (Selected.tied) and broken by
+    the smallest angular distance, then the earliest start."""
     influence = grams.block_influence()
     chosen = []
     for n in sorted(set(lengths)):
         for variant in variants:
             own = [f for f in fits if f.variant == variant and f.length == n]
+            angles = [grams.angular_distance(f.start, n) for f in own]
             scores = {
-                "angular_distance": [grams.angular_distance(f.start, n) for f in own],
+                "angular_distance": angles,
                 "block_influence": [influence[f.start : f.start + n].sum() for f in own],
                 "measured": [f.loss for f in own],
             }
             for selection, values in scores.items():
-                best = own[int(np.argmin(values))]
+                index, tied = _choice(values, angles)
+                best = own[index]
                 blocks = tuple(range(best.start + 1, best.start + n + 1))
-                chosen.append(Selected(n, selection, variant, best.start, blocks))
+                starts = tuple(own[k].start for k in tied)
+                chosen.append(Selected(n, selection, variant, best.start, blocks, starts))
             if variant == "drop":
                 lowest = np.argsort(influence, kind="stable")[:n] + 1
                 blocks = tuple(sorted(int(b) for b in lowest))

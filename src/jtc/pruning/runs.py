@@ -335,12 +335,16 @@ def run_spans(
 
     adapter, pad_id = adapter_of(info), pad_token_id(tokenizer)
     done = []
-    for runs, count in (
-        (span_runs(info["num_layers"], settings), settings.evaluation_sentences),
-        (selected_runs(selection), settings.selected_sentences),
+    for runs, count, key in (
+        (
+            span_runs(info["num_layers"], settings),
+            settings.evaluation_sentences,
+            "pruning.evaluation_sentences",
+        ),
+        (selected_runs(selection), settings.selected_sentences, "pruning.selected_sentences"),
     ):
         inputs, ids = every_token(
-            tokenizer, info, sentences, "validation", count, corpus, max_tokens
+            tokenizer, info, sentences, "validation", count, corpus, max_tokens, key
         )
         done.append(
             span_scores(model, adapter, head, inputs, ids, runs, span_map, batch_size, pad_id)

@@ -75,6 +75,41 @@ def exported_span(
     return start, n
 
 
+def exported_caveat(
+    selection: Sequence[Mapping[str, Any]], start: int, length: int, settings: ExportSettings
+) -> str | None:
+    """What the exported span's choice is worth, from its selection row (None: nothing to say,
+    or a selection table from before the `underdetermined` and `tied` columns): its map fitted
+    on fewer calibration tokens than the width, and a choice a tie decided."""
+    row = next(
+        (
+            r
+            for r in selection
+            if (r["length"], r["variant"], r["selection"], r["start"])
+            == (length, settings.export_variant, settings.export_selection, start)
+        ),
+        None,
+    )
+    if row is None:
+        return None
+    notes = []
+    if row.get("underdetermined"):
+        notes.append(
+            f"its {settings.export_variant} map was fitted on {row['calibration_tokens']} "
+            "calibration tokens, fewer than the width: underdetermined, it reproduces them and "
+            "is fitted to noise; raise pruning.calibration_sentences"
+        )
+    if (row.get("tied") or 1) > 1:
+        notes.append(
+            f"{settings.export_selection} tied across {row['tied']} spans (blocks "
+            f"{row['tied_removed']}), broken by the smallest angular distance"
+        )
+    if not notes:
+        return None
+    removed = removed_label(range(start + 1, start + length + 1))
+    return f"the exported span (blocks {removed}) is doubtful: " + "; ".join(notes)
+
+
 def first_start(variant: str) -> int:
     """The first start i a variant can use: replaceme needs block i's feed-forward output."""
     return 1 if variant == "replaceme" else 0

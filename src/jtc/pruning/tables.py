@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from jtc.evaluation.prediction import bootstrap_counts
 from jtc.files.io import rows_table
-from jtc.pruning.fits import Selected, SpanFit, SpanGrams
+from jtc.pruning.fits import Selected, SpanFit, SpanGrams, underdetermined_fit
 from jtc.pruning.spans import removed_label
 from jtc.settings import IntervalSettings
 
@@ -28,6 +28,19 @@ CALIBRATION_COLUMNS = {
     "solver": pa.string(),  # cholesky, pinv (fewer calibration tokens than the width), none
     "ridge": pa.float64(),  # the relative ridge α of the closed-form fits (config pruning.ridge)
     "calibration_tokens": pa.int64(),
+    # a fitted map (mat, low_rank, replaceme) on fewer calibration tokens than the width:
+    # it reproduces them, its calibration_loss is 0 up to rounding and says nothing of the span
+    "underdetermined": pa.bool_(),
+}
+# the choice's own calibration: tokens, underdetermined (as above), and the spans whose
+# statistic tied with the chosen one's (within jtc.pruning.fits.TIE): how many (1: no tie) and
+# their removed blocks, space-separated ("" without a tie); a tie is broken by the smallest
+# angular distance, then the earliest start
+_CHOICE = {
+    "calibration_tokens": pa.int64(),
+    "underdetermined": pa.bool_(),
+    "tied": pa.int64(),
+    "tied_removed": pa.string(),
 }
 SELECTION_COLUMNS = {
     "length": pa.int64(),
@@ -36,6 +49,7 @@ SELECTION_COLUMNS = {
     "start": pa.int64(),  # -1: the removed blocks are not consecutive
     "removed": pa.string(),
     "fraction_removed": pa.float64(),
+    **_CHOICE,
 }
 # each metric: a token-weighted mean, and its interval
 METRICS = ("cross_entropy", "cross_entropy_full", "perplexity_ratio", "top1_agreement", "kl")
@@ -57,6 +71,8 @@ SPAN_COLUMNS = {
     "angular_distance": pa.float64(),
     "block_influence": pa.float64(),
     "calibration_loss": pa.float64(),
+    "calibration_tokens": pa.int64(),
+    "underdetermined": pa.bool_(),
 }
 SELECTED_COLUMNS = {
     "model": pa.string(),
@@ -68,12 +84,16 @@ SELECTED_COLUMNS = {
     "start": pa.int64(),
     "removed": pa.string(),
     **_SCORES,
+    **_CHOICE,
 }
 
 
-def calibration_table(grams: SpanGrams, fits: list[SpanFit], ridge: float = 0.0) -> pa.Table:
+def calibration_table(
+    grams: SpanGrams, fits: list[SpanFit], ridge: float = 0.0, width: int | None = None
+) -> pa.Table:
     """CALIBRATION_COLUMNS of every fitted span, from the calibration sums (`ridge`: the
-    relative ridge the fits were solved with)."""
+    relative ridge the fits were solved with; `width`: the model's hidden size, None: unknown,
+    underdetermined null)."""
     influence = grams.block_influence()
     rows = [
         {
@@ -88,14 +108,20 @@ def calibration_table(grams: SpanGrams, fits: list[SpanFit], ridge: float = 0.0)
             "solver": fit.solver,
             "ridge": ridge,
             "calibration_tokens": grams.tokens,
+            "underdetermined": None
+            if width is None
+            else underdetermined_fit(fit.variant, grams.tokens, width),
         }
         for fit in fits
     ]
     return rows_table(rows, CALIBRATION_COLUMNS)
 
 
-def selection_table(chosen: list[Selected], num_layers: int) -> pa.Table:
-    """SELECTION_COLUMNS of the spans the selection rules chose."""
+def selection_table(
+    chosen: list[Selected], num_layers: int, tokens: int | None = None, width: int | None = None
+) -> pa.Table:
+    """SELECTION_COLUMNS of the spans the selection rules chose (`tokens`: the calibration
+    tokens, `width`: the model's hidden size; None: unknown)."""
     rows = [
         {
             "length": s.length,
@@ -104,6 +130,12 @@ def selection_table(chosen: list[Selected], num_layers: int) -> pa.Table:
             "start": s.start,
             "removed": removed_label(s.removed),
             "fraction_removed": s.length / num_layers,
+            "calibration_tokens": tokens,
+            "underdetermined": None
+            if tokens is None or width is None
+            else underdetermined_fit(s.variant, tokens, width),
+            "tied": max(1, len(s.tied)),
+            "tied_removed": " ".join(removed_label(range(t + 1, t + s.length + 1)) for t in s.tied),
         }
         for s in chosen
     ]

@@ -54,9 +54,17 @@ SCHEMA = {
     "pruning_top1_agreement": pa.float64(),
     "pruning_top1_agreement_low": pa.float64(),
     "pruning_top1_agreement_high": pa.float64(),
+    # how many spans tied with the chosen one in its rule's statistic (1: no tie), the
+    # calibration tokens, and the variants whose maps were fitted on fewer of them than the
+    # width (comma-separated, "" for none: underdetermined, `measured` cannot tell spans apart)
+    "pruning_tied": pa.int64(),
+    "pruning_calibration_tokens": pa.int64(),
+    "pruning_underdetermined_variants": pa.string(),
 }
 PRUNING_COLUMNS = {  # headline column: pruning_selected column
-    name: name.removeprefix("pruning_") for name in SCHEMA if name.startswith("pruning_")
+    name: name.removeprefix("pruning_")
+    for name in SCHEMA
+    if name.startswith("pruning_") and name != "pruning_underdetermined_variants"
 }
 PRUNING_TARGET = 0.25  # the share of blocks removed the headline reads pruning at
 
@@ -118,13 +126,16 @@ def best_pruning(table: pa.Table | None) -> dict:
         if _finite(r["perplexity_ratio"]) and _finite(r["fraction_removed"])
     ]
     if not rows:
-        return dict.fromkeys(PRUNING_COLUMNS)
+        return dict.fromkeys([*PRUNING_COLUMNS, "pruning_underdetermined_variants"])
+    flagged = dict.fromkeys(r["variant"] for r in rows if r.get("underdetermined"))
     closest = min(rows, key=lambda r: (abs(r["fraction_removed"] - PRUNING_TARGET), r["length"]))
     best = min(
         (r for r in rows if r["length"] == closest["length"]),
         key=lambda r: (r["perplexity_ratio"], r["variant"], r["selection"]),
     )
-    return {column: best[name] for column, name in PRUNING_COLUMNS.items()}
+    return {column: best.get(name) for column, name in PRUNING_COLUMNS.items()} | {
+        "pruning_underdetermined_variants": ", ".join(flagged)
+    }
 
 
 def headline_rows(model: str, corpus: str, tables: Tables) -> list[dict]:
@@ -257,8 +268,27 @@ def _pruning(row: dict) -> str:
         f"{_ratio(row['pruning_perplexity_ratio_high'])}; 1: no loss), and its top-1 token "
         f"agrees with the unpruned model's on **{_percent(row['pruning_top1_agreement'])}%** of "
         f"evaluation tokens ({_percent(row['pruning_top1_agreement_low'])}–"
-        f"{_percent(row['pruning_top1_agreement_high'])}%)."
+        f"{_percent(row['pruning_top1_agreement_high'])}%)." + _pruning_caveats(row)
     )
+
+
+def _pruning_caveats(row: dict) -> str:
+    """Depth pruning's underdetermined maps and a choice a tie decided, in words ("": none)."""
+    text = ""
+    if (row.get("pruning_tied") or 1) > 1:
+        text += (
+            f" Its rule's statistic tied across {row['pruning_tied']} spans (broken by the "
+            "angular distance; ``pruning_selected.csv``: tied, tied_removed)."
+        )
+    if row.get("pruning_underdetermined_variants"):
+        text += (
+            f" **Underdetermined pruning:** the {row['pruning_underdetermined_variants']} maps "
+            f"were fitted on {_number(row['pruning_calibration_tokens'], ',d')} calibration "
+            "tokens, fewer than the width: they reproduce them, so their calibration loss (the "
+            "``measured`` rule) cannot tell the spans apart and the maps are fitted to noise; "
+            "raise ``pruning.calibration_sentences`` before reading them."
+        )
+    return text
 
 
 def _underdetermined(rows: list[dict]) -> str:
@@ -351,6 +381,12 @@ def landing_section(table: pa.Table) -> str:
         f"{model} on {corpus} ({', '.join(r['method'] for r in group if r['underdetermined'])})"
         for (model, corpus), group in groups.items()
         if any(r["underdetermined"] for r in group)
+    ]
+    flagged += [
+        f"{model} on {corpus} (depth pruning: {group[0]['pruning_underdetermined_variants']} on "
+        "calibration tokens)"
+        for (model, corpus), group in groups.items()
+        if group[0].get("pruning_underdetermined_variants")
     ]
     if flagged:
         lines += [

@@ -5,6 +5,14 @@ When some do (a run still going, or the jobs of a killed run that go on by thems
 `held_lock_message` says which, and how to stop them, instead of Snakemake's advice to
 `--unlock` (which would let them write into the new run's files).
 
+Two runs started in the same folder at the same moment both find no lock (Snakemake checks for
+its locks, then writes them, after planning), so the loser would get only Snakemake's advice to
+`--unlock`. jtc's own run lock closes that gap: `take_run_lock`, called while the Snakefile is
+read, takes an exclusive flock on .snakemake/jtc-run.lock, held until the process ends (the
+kernel releases it however the process ends, SIGKILL included, so it is never stale); a second
+run finds it taken and stops at once with `running_message` (the run that holds it, its jobs,
+the `kill` command), before Snakemake's lock is ever tried.
+
 Linux only (it reads /proc); elsewhere nothing is removed and Snakemake's own message stands.
 """
 
@@ -12,9 +20,20 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no run lock, Snakemake's own lock alone
+    fcntl = None  # type: ignore[assignment]
+
+RUN_LOCK = Path(".snakemake", "jtc-run.lock")  # under the run's folder
+_HELD: list[IO[str]] = []  # the run lock this process holds, open for its life
 
 # a job's script as Snakemake runs it (a copy, .snakemake/scripts/tmpXXXXXXXX.NAME.py) or as a
 # user would (workflow/scripts/NAME.py); in jtc NAME is the rule's name
@@ -205,3 +224,109 @@ def lock_notes(folder: str | os.PathLike = ".") -> list[str]:
     ]
     held = held_lock_message(folder)
     return notes + ([held] if held else [])
+
+
+def take_run_lock(folder: str | os.PathLike = ".") -> str | None:
+    """Take the folder's run lock (an exclusive flock on RUN_LOCK, non-blocking) and hold it
+    until this process ends, writing this process's PID and command line into it; None when
+    taken (or held already, or not POSIX). When another process holds it: jtc's message naming
+    that run (running_message), and nothing is taken."""
+    if fcntl is None:
+        return None
+    path = Path(folder) / RUN_LOCK
+    if any(Path(h.name).resolve() == path.resolve() for h in _HELD):
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held open for the life of the process
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _holder(handle)
+        handle.close()
+        return running_message(folder, holder)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n{' '.join(sys.argv)}\n")
+    handle.flush()
+    _HELD.append(handle)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def release_run_lock() -> None:
+    """Let go of the run lock this process holds (it goes with the process anyway)."""
+    while _HELD:
+        _HELD.pop().close()
+
+
+def _holder(handle: IO[str], wait: float = 2.0) -> int | None:
+    """The PID the run lock's holder wrote into it (None if none within `wait` seconds: it
+    writes it right after taking the lock; until then the file may still name an earlier
+    holder, gone since)."""
+    deadline = time.monotonic() + wait
+    while True:
+        handle.seek(0)
+        first = handle.readline().strip()
+        if first.isdigit() and _alive(int(first)):
+            return int(first)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def running_message(folder: str | os.PathLike, holder: int | None) -> str:
+    """Why a run cannot start in `folder`: another run holds its run lock (PID `holder`, None:
+    unknown); that run and its jobs by PID, and how to go on (wait, or the `kill` command)."""
+    workers = workers_in(folder)
+    runs = [w for w in workers if w.kind == "run"]
+    mine = [w for w in runs if w.pid == holder] or runs
+    lines = [
+        f"jtc: another run works in this folder ({Path(folder).resolve()}): it holds "
+        f"{RUN_LOCK} and would write into the same files as this one, so this run does not "
+        "start. It:"
+    ]
+    if holder is not None and holder not in {w.pid for w in mine}:
+        lines.append(f"  PID {holder}: the run that holds the lock")
+    for run in mine:
+        lines.append(_line(run))
+        lines += [_line(w, "    ") for w in workers if w.parent == run.pid]
+    pids = [holder] if holder is not None else []
+    pids += [w.pid for w in mine if w.pid != holder]
+    pids += [w.pid for w in workers if w.parent in {r.pid for r in mine}]
+    lines += [
+        "Wait for it to end (its lock goes with it), then run the same command again; or stop "
+        "it and its jobs:",
+        "  kill " + " ".join(str(p) for p in pids) if pids else "  (its PID is unknown)",
+        "then run the same command again (a run stopped mid-job resumes where it was).",
+    ]
+    return "\n".join(lines)
+
+
+def run_start(folder: str | os.PathLike = ".", *, dry_run: bool) -> tuple[list[str], str | None]:
+    """As a run starts (while the Snakefile is read): (notes to print, why it must not start).
+    A run takes the folder's run lock (take_run_lock; refused while another run holds it),
+    then the locks a killed run left are removed (lock_notes); locks that processes still
+    working here hold refuse the run with their names and the `kill` command
+    (held_lock_message), never Snakemake's advice to --unlock. A dry run writes nothing: it
+    takes no lock and is refused nothing, the processes are only named."""
+    if not dry_run:
+        running = take_run_lock(folder)
+        if running:
+            return [], running
+    notes = [
+        f"jtc: removed a stale lock left by an interrupted run: {lock}"
+        for lock in clear_stale_locks(folder)
+    ]
+    held = held_lock_message(folder)
+    if held and not dry_run:
+        return notes, held
+    return notes + ([held] if held else []), None

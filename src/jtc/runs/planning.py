@@ -48,6 +48,7 @@ from jtc.runs.config import (
     rank_problem,
     validate_config,
 )
+from jtc.runs.draws import lines_problem
 from jtc.runs.gpus import LocalGpu, no_gpu_for_jobs
 from jtc.shortcuts.methods import METHODS, applicable
 from jtc.shortcuts.parts import jump_problem
@@ -76,7 +77,11 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         if problem:
             raise ConfigError(problem)
     for name, spec in checked["corpora"].items():
-        problem = input_problem(name, spec) or size_problem(name, spec, checked["sizes"])
+        problem = (
+            input_problem(name, spec)
+            or size_problem(name, spec, checked["sizes"])
+            or lines_problem(name, spec, checked)
+        )
         if problem:
             raise ConfigError(problem)
     return checked

@@ -1,6 +1,7 @@
 """The message a finished run ends with: where its results are, how to get the report, which
 methods gave values that are not numbers and which were fitted on fewer rows than the width
-(torch-free: the workflow prints it when a run succeeds)."""
+(the depth pruning maps on fewer calibration tokens than the width too, and the spans a tie
+chose) (torch-free: the workflow prints it when a run succeeds)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,39 @@ def problems(results: str | Path, models: Iterable[str], corpora: Iterable[str])
                     f"as misses (submodules.csv, metric diverged)"
                 )
             found += _underdetermined(where, metrics)
+            widths = [r["hidden_size"] for r in _table(metrics / "parameters.parquet") or []]
+            selected = _table(metrics / "pruning_selected.parquet") or []
+            found += pruning_problems(where, selected, widths[0] if widths else None)
+    return found
+
+
+def pruning_problems(where: str, selected: list[dict], width: int | None = None) -> list[str]:
+    """Depth pruning's maps fitted on fewer calibration tokens than the width (the model's
+    hidden size, None: unknown), and the choices a tie decided (pruning_selected's
+    `underdetermined`, `tied`; absent from older tables)."""
+    found = []
+    flagged = [r for r in selected if r.get("underdetermined")]
+    if flagged:
+        variants = ", ".join(dict.fromkeys(r["variant"] for r in flagged))
+        found.append(
+            f"{where}: depth pruning's {variants} maps fitted on "
+            f"{flagged[0]['calibration_tokens']} calibration tokens, fewer than the width"
+            + (f" {width}" if width else "")
+            + ": "
+            "underdetermined, they reproduce the calibration tokens, so `measured` cannot tell "
+            "the spans apart and the maps are fitted to noise (pruning_selected.csv, "
+            "underdetermined; raise pruning.calibration_sentences)"
+        )
+    tied = [r for r in selected if (r.get("tied") or 1) > 1]
+    if tied:
+        choices = "; ".join(
+            f"{r['selection']} for {r['variant']} at length {r['length']} ({r['tied']} spans)"
+            for r in tied
+        )
+        found.append(
+            f"{where}: depth pruning's choice was a tie, broken by the angular distance: "
+            f"{choices} (pruning_selected.csv, tied, tied_removed)"
+        )
     return found
 
 

@@ -166,17 +166,23 @@ def export_pruned(
     `export_length` blocks (None: of the lengths `selection` has, the configured ones, the
     closest to a quarter of the depth) that `export_selection` chose for `export_variant`
     (jtc.pruning.spans.exported_span)."""
+    import logging
+
     import torch
 
     from jtc.files.io import read_json, read_table
     from jtc.logs import ready
     from jtc.pruning.checkpoint import export
-    from jtc.pruning.spans import exported_span
+    from jtc.pruning.spans import exported_caveat, exported_span
     from jtc.settings import ExportSettings
 
     torch.set_num_threads(threads)
     config = ExportSettings.of(settings)
     ready()
     num_layers = read_json(f"{model_dir}/info.json")["num_layers"]
-    start, n = exported_span(read_table(selection).to_pylist(), num_layers, config, model)
+    chosen = read_table(selection).to_pylist()
+    start, n = exported_span(chosen, num_layers, config, model)
+    caveat = exported_caveat(chosen, start, n, config)
+    if caveat:
+        logging.getLogger("jtc").warning("%s: %s", model, caveat)
     export(model_dir, out, start=start, length=n, variant=config.export_variant, maps=maps)

@@ -1,0 +1,61 @@
+"""Depth pruning's sentence counts checked before any job runs, naming the pruning key (not
+sizes.X): against a text file's lines while planning (a dry run too), and exactly against
+the sentence table as the run starts when the corpus is prepared already."""
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from harness import link_inputs, read_config, run_snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+PRUNING = {
+    "models": ["gpt"],
+    "calibration_sentences": 20,
+    "evaluation_sentences": 4,
+    "selected_sentences": 8,
+    "context": {"lengths": [16], "windows": 2},
+}
+
+
+@pytest.fixture
+def work(tiny_project, tmp_path):
+    return link_inputs(tiny_project, tmp_path / "work")
+
+
+def configure(work, tiny_project, **pruning):
+    config = read_config(tiny_project)
+    config["models"] = {"gpt": config["models"]["gpt"]}
+    write_config(work, {**config, "pruning": {**PRUNING, **pruning}})
+
+
+def test_more_evaluation_sentences_than_the_text_has_are_refused_while_planning(work, tiny_project):
+    configure(work, tiny_project, evaluation_sentences=190)  # 200 lines, 48 for training
+    proc = run_snakemake(work, "all", "-n", check=False)
+    output = proc.stdout + proc.stderr  # a dry run writes its errors to stdout
+    assert proc.returncode != 0
+    key = "pruning.evaluation_sentences"
+    assert f"config key '{key}': 190 validation sentences asked of corpus 'mini'" in output
+    assert "lower sizes.validation" not in output
+
+
+def test_a_prepared_corpus_refuses_too_many_pruning_sentences_before_any_job(work, tiny_project):
+    configure(work, tiny_project)
+    run_snakemake(work, "results/corpora/mini.parquet")
+    splits = pq.read_table(work / "results/corpora/mini.parquet").column("split")
+    validation = pc.sum(pc.equal(splits, "validation")).as_py()
+    train = len(splits) - validation
+    for key, split, have in [
+        ("evaluation_sentences", "validation", validation),
+        ("calibration_sentences", "train", train),
+    ]:
+        configure(work, tiny_project, **{key: have + 1})
+        proc = run_snakemake(work, "all", check=False)
+        assert proc.returncode != 0
+        asked = f"config key 'pruning.{key}': {have + 1} {split} sentences asked of corpus"
+        assert asked in proc.stderr
+        assert f"which has {have} (its sentence table results/corpora/mini.parquet)" in (
+            proc.stderr
+        )
+        assert f"lower pruning.{key} to at most {have}" in proc.stderr
+        assert sorted(p.name for p in (work / "results").iterdir()) == ["corpora"]  # no job ran
