@@ -1,6 +1,7 @@
-"""Depth pruning's sentence counts checked before any job runs, naming the pruning key (not
-sizes.X): against a text file's lines while planning (a dry run too), and exactly against
-the sentence table as the run starts when the corpus is prepared already."""
+"""Depth pruning's sentence counts checked before any job draws them, naming the pruning key
+(not sizes.X): against a text file's lines while planning (a dry run too), and exactly against
+the sentence table once it is made (prepare_corpus is a checkpoint), whether it was there
+before the run or made in it."""
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -59,3 +60,22 @@ def test_a_prepared_corpus_refuses_too_many_pruning_sentences_before_any_job(wor
         )
         assert f"lower pruning.{key} to at most {have}" in proc.stderr
         assert sorted(p.name for p in (work / "results").iterdir()) == ["corpora"]  # no job ran
+
+
+def test_a_corpus_prepared_in_the_run_refuses_too_many_pruning_sentences_before_they_are_drawn(
+    work, tiny_project, tmp_path
+):
+    # the text's lines bound the validation split from above only: the exact count is known
+    # once prepare_corpus (a checkpoint) has made the table, and checked before any pruning job
+    configure(work, tiny_project)
+    run_snakemake(work, "results/corpora/mini.parquet")
+    splits = pq.read_table(work / "results/corpora/mini.parquet").column("split")
+    validation = pc.sum(pc.equal(splits, "validation")).as_py()
+    fresh = link_inputs(tiny_project, tmp_path / "fresh")
+    configure(fresh, tiny_project, evaluation_sentences=validation + 1)
+    assert run_snakemake(fresh, "all", "-n", check=False).returncode == 0  # not known yet
+    proc = run_snakemake(fresh, "all", check=False)
+    assert proc.returncode != 0
+    asked = f"config key 'pruning.evaluation_sentences': {validation + 1} validation sentences"
+    assert asked in proc.stderr
+    assert not (fresh / "results/pruning").exists()  # nothing drew them

@@ -22,7 +22,9 @@ rule download_corpus:
         "../scripts/download_corpus.py"
 
 
-rule prepare_corpus:
+# a checkpoint: the rules that draw sentences from its splits check, once it is made and
+# before they run, that the splits have what the config asks of them (checked_sentences)
+checkpoint prepare_corpus:
     input:
         unpack(corpus_inputs),
     output:

@@ -18,7 +18,7 @@ from jtc.settings import (
 rule context_perplexity:
     input:
         model=lambda w: checked_model_dir(w.model, prune=True),
-        sentences=paths.CORPUS,
+        sentences=lambda w: checked_sentences(w.corpus, "context_perplexity"),
         maps=paths.pruning("maps.safetensors"),
         selection=paths.pruning("selection.parquet"),
     output:
@@ -48,7 +48,7 @@ rule context_perplexity:
 rule generation_fidelity:
     input:
         model=lambda w: checked_model_dir(w.model, prune=True),
-        sentences=paths.CORPUS,
+        sentences=lambda w: checked_sentences(w.corpus, "generation_fidelity"),
         maps=paths.pruning("maps.safetensors"),
         selection=paths.pruning("selection.parquet"),
     output:

@@ -16,7 +16,7 @@ from jtc.settings import (
 rule calibrate_pruning:
     input:
         model=lambda w: checked_model_dir(w.model, prune=True),
-        sentences=paths.CORPUS,
+        sentences=lambda w: checked_sentences(w.corpus, "calibrate_pruning"),
     output:
         maps=paths.pruning("maps.safetensors"),
         calibration=paths.pruning("calibration.parquet"),
@@ -45,7 +45,7 @@ rule calibrate_pruning:
 rule run_pruned:
     input:
         model=lambda w: checked_model_dir(w.model, prune=True),
-        sentences=paths.CORPUS,
+        sentences=lambda w: checked_sentences(w.corpus, "run_pruned"),
         maps=paths.pruning("maps.safetensors"),
         selection=paths.pruning("selection.parquet"),
     output:

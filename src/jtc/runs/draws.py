@@ -1,9 +1,13 @@
 """The sentences each job draws from the splits of a corpus (the first n of a split in the
 sentence table's seeded order, jtc.data.corpus.select_split), checked against what the corpus
-has before any job runs: exactly where its sentence table is there and up to date
-(sizes_problem, as the run starts), an upper bound from a text file's lines while planning
-(lines_problem). The job that draws them names the same key if it still finds too few.
-Torch-free."""
+has before any job that draws them runs, naming the config key that asks for them:
+- while planning, an upper bound from a text file's lines (lines_problem, dry runs too);
+- the rules that draw depth pruning's sentences read the table through the prepare_corpus
+  checkpoint (the workflow's `checked_sentences`): checked exactly (split_problem) once it is
+  made, in the same run, before any of them starts;
+- the other draws (sizes.train, sizes.validation) as the run starts, where the table is there
+  and up to date (sizes_problem).
+The job that draws them names the same key if it still finds too few. Torch-free."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from jtc import paths
 from jtc.files.io import CorruptFileError, read_json
 from jtc.runs.config import split_positions
+from jtc.runs.draws import split_counts, split_draws, split_problem
 from jtc.runs.planning import resolved_problem
 from jtc.runs.tracking import code_hash as _code_hash
 
@@ -57,6 +58,21 @@ def checked_model_dir(model, predict=False, parts=False, prune=False):
     if problem:
         raise WorkflowError(problem)
     return model_dir(model)
+
+
+def checked_sentences(corpus, rule):
+    """A corpus's sentence table, known once its prepare_corpus checkpoint has run, refused
+    (while planning, before any job of `rule` starts) when `rule` draws more sentences from a
+    split than the table has, naming the config key that asks for them (jtc.runs.draws).
+    """
+    table = checkpoints.prepare_corpus.get(corpus=corpus).output[0]
+    draws = split_draws(config, [rule])
+    problem = split_problem(
+        corpus, split_counts(table), draws, f"its sentence table {table}"
+    )
+    if problem:
+        raise WorkflowError(f"invalid configuration: {problem}")
+    return table
 
 
 def map_file(model, corpus, method):
