@@ -5,7 +5,7 @@ its bytes (jtc.files.stamps.write_folder_stamp). Two checks read the record:
 - `quick` (while the workflow plans, and as a job that reads the folder starts): every file's
   size; the sha256 of a JSON file (small: what planning reads of a folder) and of any file whose
   mtime differs from the record (written since, or copied without its times: hashed, and
-  fine when the bytes are the same). A no-op planning reads no weights.
+  fine when the bytes are the same), each once a process. A no-op planning reads no weights.
 - `full` (what reads the whole folder anyway, such as `snakemake pruned` handing over its
   checkpoints): the sha256 of every file, whatever its mtime.
 
@@ -80,8 +80,11 @@ def difference(path: Path, entry: Mapping[str, Any] | str, full: bool) -> str | 
         return f"it has {stat.st_size} bytes, {entry[SIZE]} when its job wrote it"
     hashed = full or path.suffix == ALWAYS_HASHED or entry.get(MTIME) != stat.st_mtime_ns
     if hashed and _sha256(path, stat, fresh=full) != entry.get(SHA256):
-        changed = "" if entry.get(MTIME) in (None, stat.st_mtime_ns) else ", and its mtime"
-        return f"its sha256 differs from the one recorded when its job wrote it{changed}"
+        said = "its sha256 differs from the one recorded when its job wrote it"
+        if entry.get(MTIME) is None:
+            return said
+        same = entry[MTIME] == stat.st_mtime_ns
+        return said + (" (its size and mtime are those recorded)" if same else " (its mtime too)")
     return None
 
 
@@ -97,9 +100,3 @@ def differences(
         if why:
             found.append((path, why))
     return found
-
-
-def per_file(files: Mapping[str, Any]) -> bool:
-    """Whether a folder's record has every file (this jtc) rather than its JSON files only (a
-    stamp written by an older jtc; the folder's other files were not recorded)."""
-    return any(isinstance(entry, Mapping) for entry in files.values())
