@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage import flip_byte
 from tiny import save_model
 
 from jtc.files import digests, stamps
@@ -64,13 +65,7 @@ def write_pruned_folder(in_job, folder=PRUNED):
 
 
 def flip(path: Path, offset: int = 1000, keep_mtime: bool = False) -> None:
-    """One byte of a file flipped in place; its mtime put back (`touch -r`) if `keep_mtime`."""
-    before = path.stat()
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x01
-    path.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    flip_byte(path, offset, keep_mtime)
 
 
 def test_every_file_of_a_folder_output_is_recorded_with_size_mtime_and_sha256(in_job):
