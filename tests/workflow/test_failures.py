@@ -248,20 +248,31 @@ def test_model_folder_code_is_not_run(tmp_path):
 
 @pytest.mark.workflow
 def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_run, tmp_path):
-    """Bytes flipped inside a finished states folder: the first job that reads it fails naming
-    the folder to delete; deleting it and rerunning rebuilds the same tables."""
+    """Bytes flipped inside a finished states folder, the file's mtime put back: the first job
+    that reads it fails naming the folder to delete; with a new mtime (an ordinary write) the
+    run is refused while it plans (the folder's stamp.json has every file's sha256). Deleting
+    the folder and rerunning rebuilds the same tables."""
+    import os
+
     import pyarrow.parquet as pq
     from harness import copy_run, run_snakemake
 
     work = copy_run(tiny_run, tmp_path / "work")
     folder = work / "results/hidden/gpt/mini/validation"
+    named = f"delete the folder {folder.relative_to(work)} and rerun the workflow"
     path = layer_file(folder, 1)
+    written = path.stat()
     flip_data_page_byte(path, "state")  # inside the state column's first data page
+    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))
     table = "results/metrics/gpt/mini/r2.parquet"  # a reader of the damaged folder
     failed = run_snakemake(work, table, "--forcerun", "r2_table", check=False)
     assert failed.returncode != 0
     log = (work / "logs/r2_table/gpt/mini.log").read_text()
-    assert f"delete the folder {folder.relative_to(work)} and rerun the workflow" in log
+    assert named in log
+    path.touch()
+    refused = run_snakemake(work, table, "--forcerun", "r2_table", check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-2000:]
+    assert f"{path.relative_to(work)} is not the file its job wrote" in refused.stderr
     shutil.rmtree(folder)
     run_snakemake(work, table)
     assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))
