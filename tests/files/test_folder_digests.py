@@ -99,6 +99,12 @@ def test_planning_reads_sizes_and_hashes_only_json_and_files_whose_mtime_changed
     hashed.clear()
     assert damaged_outputs([PRUNED]) == [] and damaged_outputs([PRUNED]) == []
     assert hashed == ["model.safetensors"]
+    # its bytes are those recorded: it is given the recorded mtime back, and not read again
+    recorded = json.loads((folder / stamps.FOLDER_STAMP).read_text())["files"]
+    assert weights.stat().st_mtime_ns == recorded["model.safetensors"]["mtime_ns"]
+    digests._hashed.clear()  # (a new process)
+    hashed.clear()
+    assert damaged_outputs([PRUNED]) == [] and hashed == ["config.json"]
 
 
 @pytest.mark.parametrize(
@@ -147,8 +153,12 @@ def test_a_folder_copied_with_new_times_passes_and_one_copied_with_them_is_not_r
     hashed.clear()
     assert damaged_outputs([PRUNED]) == []  # new mtimes, the same bytes
     assert "model.safetensors" in hashed
+    digests._hashed.clear()  # (a new process)
+    hashed.clear()
+    assert damaged_outputs([PRUNED]) == [] and hashed == ["config.json"]  # the times restored
     shutil.rmtree("results")
     shutil.copytree("elsewhere/results", "results")  # copy2: the times kept
+    digests._hashed.clear()  # (a new process)
     hashed.clear()
     assert damaged_outputs([PRUNED]) == [] and hashed == ["config.json"]
     stamps.verify_folders([PRUNED])  # the full check of the copy: the same bytes

@@ -5,7 +5,9 @@ its bytes (jtc.files.stamps.write_folder_stamp). Two checks read the record:
 - `quick` (while the workflow plans, and as a job that reads the folder starts): every file's
   size; the sha256 of a JSON file (small: what planning reads of a folder) and of any file whose
   mtime differs from the record (written since, or copied without its times: hashed, and
-  fine when the bytes are the same), each once a process. A no-op planning reads no weights.
+  when the bytes are the same given the recorded mtime back, as `cp -a` would have kept it, so
+  that the next check does not read it again), each once a process. A no-op planning reads no
+  weights.
 - `full` (what reads the whole folder anyway, such as `snakemake pruned` handing over its
   checkpoints): the sha256 of every file, whatever its mtime.
 
@@ -16,6 +18,7 @@ the workflow imports it while it plans.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Mapping
@@ -78,13 +81,17 @@ def difference(path: Path, entry: Mapping[str, Any] | str, full: bool) -> str | 
         return "it is not a file"
     if SIZE in entry and stat.st_size != entry[SIZE]:
         return f"it has {stat.st_size} bytes, {entry[SIZE]} when its job wrote it"
-    hashed = full or path.suffix == ALWAYS_HASHED or entry.get(MTIME) != stat.st_mtime_ns
+    moved = entry.get(MTIME) is not None and entry[MTIME] != stat.st_mtime_ns
+    hashed = full or moved or path.suffix == ALWAYS_HASHED
     if hashed and _sha256(path, stat, fresh=full) != entry.get(SHA256):
         said = "its sha256 differs from the one recorded when its job wrote it"
         if entry.get(MTIME) is None:
             return said
         same = entry[MTIME] == stat.st_mtime_ns
         return said + (" (its size and mtime are those recorded)" if same else " (its mtime too)")
+    if moved:  # the same bytes (a copy without its times): the mtime recorded, not read again
+        with contextlib.suppress(OSError):  # a folder of someone else's: read at every check
+            os.utime(path, ns=(stat.st_atime_ns, entry[MTIME]))
     return None
 
 
