@@ -82,7 +82,10 @@ def test_every_file_of_a_folder_output_is_recorded_with_size_mtime_and_sha256(in
     # a file inside a pruned checkpoint belongs to the folder, which is rebuilt whole
     assert stamps.output_of(folder / "model.safetensors") == folder
     hint = stamps.rebuild_hint(folder / "model.safetensors")
-    assert f"rm -r {PRUNED}" in hint and f"`snakemake {PRUNED}` makes it alone" in hint
+    assert f"(rm -r {PRUNED}, then `snakemake pruned`, or `snakemake {PRUNED}` for it alone" in hint
+    assert "`snakemake results/models/m` makes it alone" in stamps.rebuild_hint(
+        "results/models/m/info.json"
+    )  # (and the same command, which makes it again, as `all` does)
     # and it is one output, not a leftover file, for what lists the outputs of other configs
     assert leftovers("results", [PRUNED]) == []
 

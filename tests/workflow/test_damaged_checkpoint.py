@@ -42,9 +42,8 @@ def test_a_damaged_pruned_checkpoint_is_refused_and_rebuilt(tiny_run, tmp_path):
         refused = run_snakemake(work, target, check=False)
         assert refused.returncode != 0 and rules_run(refused) == {}, target
         assert f"{folder}/model.safetensors is not the file its job wrote" in refused.stderr
-        assert f"delete the folder {folder} and rerun the workflow (rm -r {folder}, " in (
-            refused.stderr
-        )
+        rebuild = f"delete the folder {folder} and rerun the workflow (rm -r {folder}, then "
+        assert rebuild + "`snakemake pruned`" in refused.stderr
     assert snapshot(work) == before
 
     # the same byte changed with the mtime put back: planning passes, `snakemake pruned` not

@@ -178,19 +178,26 @@ def rebuild_command(path: str | Path) -> str | None:
     return None if name is None else f"snakemake {RESULTS}/{name}"
 
 
+# outputs that `snakemake all` does not make, by their first folder: the target that does
+OWN_TARGETS = {Path(paths.PRUNED).relative_to(RESULTS).parts[0]: "pruned"}
+
+
 def rebuild_hint(path: str | Path) -> str:
     """How to rebuild an output: delete it (a file inside a folder output: the folder) and rerun
     the same command, which makes it again with what depends on it (or the command that makes
-    it alone)."""
+    it alone; for a pruned checkpoint, which `all` does not make, `snakemake pruned`)."""
     target = output_of(path)
     folder = target.is_dir() or target != Path(path)
     kind, remove = ("folder", f"rm -r {target}") if folder else ("file", f"rm {target}")
     alone = rebuild_command(target)
-    return (
-        f"to rebuild it, delete the {kind} {target} and rerun the workflow ({remove}, then the "
-        "same snakemake command: it makes it again, and what depends on it"
-        + (f"; `{alone}` makes it alone)" if alone else ")")
-    )
+    own = OWN_TARGETS.get((results_name(target) or "").split("/")[0])
+    if own and alone:
+        then = f"then `snakemake {own}`, or `{alone}` for it alone: it makes it again)"
+    else:
+        then = "then the same snakemake command: it makes it again, and what depends on it" + (
+            f"; `{alone}` makes it alone)" if alone else ")"
+        )
+    return f"to rebuild it, delete the {kind} {target} and rerun the workflow ({remove}, {then}"
 
 
 def parse(text: str | bytes | None) -> dict[str, Any] | None:
