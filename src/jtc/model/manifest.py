@@ -38,6 +38,7 @@ EXPECTED = (
 )
 WEIGHTS_SUFFIX = ".safetensors"  # these also get "header_crc32" and "tensors": {name: crc32}
 _CHUNK = 1 << 24
+HEADER_LIMIT = 100_000_000  # safetensors refuses longer headers
 
 
 def _chunks(handle: BinaryIO, length: int | None) -> Iterator[bytes]:
@@ -72,6 +73,8 @@ def safetensors_header(path: Path, metadata: bool = False) -> tuple[int, dict]:
         (length,) = struct.unpack("<Q", prefix)
         if length > path.stat().st_size - 8:
             raise CorruptFileError(f"{path}: its header length runs past the end of the file")
+        if length > HEADER_LIMIT:
+            raise CorruptFileError(f"{path}: its header length {length} is over safetensors' limit")
         try:
             header = json.loads(handle.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
