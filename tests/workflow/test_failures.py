@@ -285,6 +285,8 @@ def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_p
     stamp) while the run plans, nothing changed; a byte of the weights flipped with the mtime
     put back by the first job that loads them (its manifest; the outputs it had are put back).
     Deleting the folder and rerunning caches the model again and rebuilds the same tables."""
+    import os
+
     import pyarrow.parquet as pq
     from damage import flip_byte
     from harness import copy_run, run_snakemake, snapshot
@@ -296,7 +298,7 @@ def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_p
     named = f"delete the folder {folder.relative_to(work)} and rerun"
     table = "results/metrics/gpt/mini/prediction.parquet"
     tokenizer = folder / "tokenizer.json"
-    intact = tokenizer.read_bytes()
+    intact, written = tokenizer.read_bytes(), tokenizer.stat()
     tokenizer.write_bytes(b"{}")
     before = snapshot(work)
     refused = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
@@ -304,6 +306,7 @@ def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_p
     assert not (work / "logs/decode_predictions").exists()  # no job started
     assert snapshot(work) == before
     tokenizer.write_bytes(intact)
+    os.utime(tokenizer, ns=(written.st_atime_ns, written.st_mtime_ns))  # as it was
     weights = folder / "model.safetensors"
     start, header = safetensors_header(weights)  # a byte of the head's weights, which it reads
     head = next(n for n in ("lm_head.weight", "transformer.wte.weight") if n in header)
