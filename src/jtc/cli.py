@@ -66,7 +66,10 @@ def _prune_parser(commands, defaults) -> None:
     )
     sub = commands.add_parser("prune", help=text, description=text, formatter_class=defaults)
     sub.add_argument(
-        "--model-dir", required=True, help="a cached model folder (results/models/NAME)"
+        "--model-dir",
+        required=True,
+        help="a cached model folder: results/models/NAME of a finished workflow run (made by "
+        "its resolve_model job, `snakemake results/models/NAME`), not the model's source",
     )
     sub.add_argument(
         "--start",
@@ -92,12 +95,17 @@ def _prune_parser(commands, defaults) -> None:
 
 def _prune(args: argparse.Namespace) -> int:
     from jtc.pruning.checkpoint import DESCRIPTION, export
+    from jtc.pruning.export_inputs import export_problem
 
     try:
         if args.variant == "replaceme" and not args.maps:
             raise ValueError("--variant replaceme needs --maps FILE (the fitted transforms)")
         if args.variant == "drop" and args.maps:
             raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")
+        # each input refused as what it is, by its option, before anything is loaded
+        problem = export_problem(args.model_dir, args.maps, ("--model-dir", "--maps"))
+        if problem:
+            raise ValueError(problem)
         folder = export(
             args.model_dir,
             args.out,

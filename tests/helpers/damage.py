@@ -7,10 +7,12 @@ included, counted from that start). Flipping a byte at `data_page_offset + total
 and where it lands then depends on the compressed sizes, so on the stored values' last bits
 (which differ between CPUs). Here the page headers are read (Thrift compact protocol, as the
 format stores them), so the byte flipped is always inside a data page's payload: the bytes the
-page's CRC covers, past its header."""
+page's CRC covers, past its header. `flip_byte` flips one byte of any file, its mtime put back
+if asked (what a planning check that trusts size and mtime cannot see)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,3 +152,15 @@ def flip_data_page_byte(path, column: str | int, row_group: int = 0, mask: int =
     raw[offset] ^= mask
     Path(path).write_bytes(bytes(raw))
     return offset
+
+
+def flip_byte(path, offset: int, keep_mtime: bool = False, mask: int = 0x01) -> None:
+    """Flip bits (`mask`) of one byte of a file, in place; with `keep_mtime` its mtime is put
+    back as it was (as `touch -r` would), so that only its bytes tell."""
+    path = Path(path)
+    before = path.stat()
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= mask
+    path.write_bytes(bytes(raw))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))

@@ -6,7 +6,9 @@ refused by name, and nothing is written then."""
 
 import importlib.util
 import json
+import shutil
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from jtc.model.manifest import model_fingerprint
 from jtc.pruning import checkpoint
 from jtc.pruning.checkpoint import export, fold_problem, prune_blocks, write_pruned
 from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
+from jtc.shortcuts.maps import save_maps
 
 KINDS = ["llama", "qwen2", "gpt2"]
 START, LENGTH = 2, 2  # blocks 3 and 4 of 5 removed; the transform folded into block 2
@@ -494,3 +497,140 @@ def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path):
         want = hooked(original, adapter, start, length, transform, run)
         assert relative_error(run(pruned), want) < 1e-4, variant
         del pruned
+
+
+# --- `jtc prune` given the wrong inputs: each named as what it is, nothing deleted ---------------
+
+
+def files_under(folder):
+    """{relative path: (size, mtime_ns, bytes)} of every file under a folder."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def run_folder(cached, tmp_path, monkeypatch):
+    """tmp_path as a finished run's folder: results/models/llama (a copy of the tiny Llama's
+    cache, with its times) and its span maps in results/pruning/llama/news/maps.safetensors;
+    the working directory."""
+    monkeypatch.chdir(tmp_path)
+    model_dir = tmp_path / "results/models/llama"
+    shutil.copytree(cached("llama"), model_dir)
+    maps = tmp_path / "results/pruning/llama/news/maps.safetensors"
+    maps.parent.mkdir(parents=True)
+    write_maps(maps, [(START, LENGTH)], model_dir)
+    return tmp_path
+
+
+def prune(model_dir, maps, capsys, out="out"):
+    """`jtc prune` (replaceme with `maps`, or drop without): (exit code, stderr)."""
+    argv = ["prune", "--model-dir", str(model_dir), "--start", str(START), "--length"]
+    argv += [str(LENGTH), "--out", out]
+    argv += ["--variant", "replaceme", "--maps", str(maps)] if maps else ["--variant", "drop"]
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+EXPECTED_MODEL = "a cached model folder: results/models/NAME of a finished workflow run"
+
+
+@pytest.mark.parametrize("maps", [True, False], ids=["replaceme", "drop"])
+def test_prune_names_a_model_dir_that_does_not_exist_or_is_no_model_cache(
+    run_folder, cached, capsys, maps
+):
+    """A missing --model-dir, a model's source folder (a plain Hugging Face folder) and a pruned
+    checkpoint: each named as what it is, with what to pass instead; no advice to delete."""
+    maps = "results/pruning/llama/news/maps.safetensors" if maps else None
+    code, err = prune("results/models/lama", maps, capsys)
+    assert code == 2
+    assert err.startswith("jtc prune: --model-dir results/models/lama does not exist; ")
+    assert EXPECTED_MODEL in err and "resolve_model" in err and "rm" not in err
+
+    source = cached("llama").parent / "src"  # what the cache was made from
+    before = files_under(source)
+    code, err = prune(source, maps, capsys)
+    assert code == 2
+    assert f"--model-dir {source} is not a jtc model cache" in err
+    assert "a Hugging Face model folder, a model's source, not its cache" in err
+    assert EXPECTED_MODEL in err and f"models.NAME.source: {source}" in err
+    assert "`snakemake results/models/NAME`" in err and "rm " not in err and "damaged" not in err
+    assert files_under(source) == before
+
+    code, _ = prune("results/models/llama", None, capsys, out="results/pruned/llama/news")
+    assert code == 0
+    code, err = prune("results/pruned/llama/news", maps, capsys)
+    assert code == 2
+    assert "--model-dir results/pruned/llama/news is a pruned checkpoint" in err
+    assert EXPECTED_MODEL in err and "rm " not in err
+    assert not (run_folder / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["weights", "manifest", "tokenizer"])
+def test_prune_names_a_damaged_model_cache_with_the_command_that_caches_it_again(
+    run_folder, capsys, damage
+):
+    model_dir = Path("results/models/llama")
+    if damage == "weights":  # one byte of the last tensor: found as the weights are loaded
+        weights = model_dir / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-3] ^= 0x01
+        weights.write_bytes(bytes(data))
+        said = f"{weights} is damaged (its size or checksum differs from manifest.json)"
+    elif damage == "manifest":
+        (model_dir / "manifest.json").unlink()
+        said = f"--model-dir {model_dir} is a damaged jtc model cache (it has no manifest.json"
+    else:
+        (model_dir / "tokenizer.json").write_text("{}")
+        said = f"{model_dir}/tokenizer.json is damaged (its size differs from manifest.json)"
+    before = files_under(run_folder / "results")
+    code, err = prune(model_dir, "results/pruning/llama/news/maps.safetensors", capsys)
+    assert code == 2
+    assert said in err
+    assert (
+        f"delete the folder {model_dir} and rerun to cache the model again (rm -r {model_dir};"
+        in err
+    )
+    assert f"then `snakemake {model_dir}` in the folder of its workflow run" in err
+    assert "the same snakemake command" not in err
+    assert files_under(run_folder / "results") == before and not Path("out").exists()
+
+
+def test_prune_names_a_wrong_maps_file_as_the_wrong_input(run_folder, capsys):
+    """The model's own model.safetensors, a shortcut method's map file, a text file, a missing
+    file and the maps of another model given as --maps: each named as what it is and what
+    --maps expects; the cached model is never said to be damaged nor to be deleted."""
+    model_dir = "results/models/llama"
+    own = f"{model_dir}/model.safetensors"
+    shortcut = run_folder / "results/maps/llama/news/mat.safetensors"
+    shortcut.parent.mkdir(parents=True)
+    save_maps(shortcut, {0: {1: np.eye(3)}}, {"method": "mat"})
+    (run_folder / "notes.txt").write_text("not a maps file\n")
+    other = run_folder / "other.safetensors"  # span maps, of another model
+    with SpanMapWriter(other, {"model": "qwen2", "model_fingerprint": "0123"}) as writer:
+        writer.add("replaceme", START, LENGTH, {"weight": random_transform()})
+    expected = "pass the span maps file calibrate_pruning wrote for the model pruned"
+    expected += " (results/pruning/MODEL/CORPUS/maps.safetensors of a finished workflow run)"
+    cases = {
+        own: f"--maps {own} is a model's weights (",
+        str(shortcut): f"--maps {shortcut} is a map file of a shortcut method",
+        "notes.txt": "--maps notes.txt is not a safetensors file",
+        "missing.safetensors": "--maps missing.safetensors does not exist",
+    }
+    before = files_under(run_folder / "results")
+    for maps, said in cases.items():
+        code, err = prune(model_dir, maps, capsys)
+        assert code == 2, maps
+        assert err.startswith(f"jtc prune: {said}") and expected in err, err
+        assert "rm " not in err and "damaged" not in err and "delete" not in err, err
+    assert (
+        "tensors such as 'lm_head.weight', no jtc format; a model.safetensors?), not span "
+        in (prune(model_dir, own, capsys)[1])
+    )
+    code, err = prune(model_dir, other, capsys)
+    assert code == 2
+    assert "fitted on model 'qwen2'" in err and "not on model 'llama' being pruned" in err
+    assert "rm " not in err and "damaged" not in err
+    assert files_under(run_folder / "results") == before and not Path("out").exists()

@@ -248,20 +248,31 @@ def test_model_folder_code_is_not_run(tmp_path):
 
 @pytest.mark.workflow
 def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_run, tmp_path):
-    """Bytes flipped inside a finished states folder: the first job that reads it fails naming
-    the folder to delete; deleting it and rerunning rebuilds the same tables."""
+    """Bytes flipped inside a finished states folder, the file's mtime put back: the first job
+    that reads it fails naming the folder to delete; with a new mtime (an ordinary write) the
+    run is refused while it plans (the folder's stamp.json has every file's sha256). Deleting
+    the folder and rerunning rebuilds the same tables."""
+    import os
+
     import pyarrow.parquet as pq
     from harness import copy_run, run_snakemake
 
     work = copy_run(tiny_run, tmp_path / "work")
     folder = work / "results/hidden/gpt/mini/validation"
+    named = f"delete the folder {folder.relative_to(work)} and rerun the workflow"
     path = layer_file(folder, 1)
+    written = path.stat()
     flip_data_page_byte(path, "state")  # inside the state column's first data page
+    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))
     table = "results/metrics/gpt/mini/r2.parquet"  # a reader of the damaged folder
     failed = run_snakemake(work, table, "--forcerun", "r2_table", check=False)
     assert failed.returncode != 0
     log = (work / "logs/r2_table/gpt/mini.log").read_text()
-    assert f"delete the folder {folder.relative_to(work)} and rerun the workflow" in log
+    assert named in log
+    path.touch()
+    refused = run_snakemake(work, table, "--forcerun", "r2_table", check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-2000:]
+    assert f"{path.relative_to(work)} is not the file its job wrote" in refused.stderr
     shutil.rmtree(folder)
     run_snakemake(work, table)
     assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))
@@ -270,18 +281,24 @@ def test_a_damaged_states_file_names_its_folder_and_deleting_it_recovers(tiny_ru
 @pytest.mark.workflow
 def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_path):
     """A cached model damaged after a finished run, named with the folder to delete: an edited
-    JSON file of it (its sha256 is in the folder's stamp) while the run plans, nothing changed;
-    damaged weights by the first job that loads them (the outputs it had are put back).
+    JSON file or weights cut short (every file's size, mtime and sha256 are in the folder's
+    stamp) while the run plans, nothing changed; a byte of the weights flipped with the mtime
+    put back by the first job that loads them (its manifest; the outputs it had are put back).
     Deleting the folder and rerunning caches the model again and rebuilds the same tables."""
+    import os
+
     import pyarrow.parquet as pq
+    from damage import flip_byte
     from harness import copy_run, run_snakemake, snapshot
+
+    from jtc.model.manifest import safetensors_header
 
     work = copy_run(tiny_run, tmp_path / "work")
     folder = work / "results/models/gpt"
     named = f"delete the folder {folder.relative_to(work)} and rerun"
     table = "results/metrics/gpt/mini/prediction.parquet"
     tokenizer = folder / "tokenizer.json"
-    intact = tokenizer.read_bytes()
+    intact, written = tokenizer.read_bytes(), tokenizer.stat()
     tokenizer.write_bytes(b"{}")
     before = snapshot(work)
     refused = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
@@ -289,14 +306,21 @@ def test_a_damaged_model_cache_is_named_and_deleting_it_recovers(tiny_run, tmp_p
     assert not (work / "logs/decode_predictions").exists()  # no job started
     assert snapshot(work) == before
     tokenizer.write_bytes(intact)
+    os.utime(tokenizer, ns=(written.st_atime_ns, written.st_mtime_ns))  # as it was
     weights = folder / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    start, header = safetensors_header(weights)  # a byte of the head's weights, which it reads
+    head = next(n for n in ("lm_head.weight", "transformer.wte.weight") if n in header)
+    flip_byte(weights, start + header[head]["data_offsets"][0] + 5, keep_mtime=True)
     before = snapshot(work)
     failed = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
     assert failed.returncode != 0
     logs = "".join(p.read_text() for p in (work / "logs/decode_predictions").rglob("*.log"))
     assert named in logs
     assert snapshot(work) == before  # the predictions the failed jobs had deleted are back
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    refused = run_snakemake(work, table, "--forcerun", "decode_predictions", check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-2000:]
+    assert f"{weights.relative_to(work)} is not the file its job wrote" in refused.stderr
     shutil.rmtree(folder)
     run_snakemake(work, table)
     assert pq.read_table(work / table).equals(pq.read_table(tiny_run / table))

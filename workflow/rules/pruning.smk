@@ -3,8 +3,9 @@
 # every span needs over every token of the calibration sentences, fits every span's maps and
 # chooses a span per length and selection rule; one run_pruned job runs every span on the
 # evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`
-# writes the chosen pruned model as a Hugging Face folder.
+# writes the chosen pruned model as a Hugging Face folder (and checks each one it hands over).
 
+from jtc.files.stamps import verify_folders
 from jtc.settings import (
     CalibrationSettings,
     ExportSettings,
@@ -163,9 +164,9 @@ rule export_pruned:
 
 rule pruned:
     input:
-        [
-            paths.PRUNED.format(model=m, corpus=c)
-            for m in MODELS
-            for c in CORPORA
-            if EXPERIMENT.prunes(m, c)
-        ],
+        pruned_folders(),
+    localrule: True
+    run:
+        # every file of each checkpoint against the sha256 its job recorded, mtime or not
+        # (planning compares sizes, and hashes files whose mtime changed: jtc.files.digests)
+        verify_folders(list(input))

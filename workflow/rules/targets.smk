@@ -21,17 +21,28 @@ def get_final_output():
     return EXPERIMENT.targets(_outputs_of)
 
 
+def pruned_folders():
+    """The pruned checkpoints of the experiment (`snakemake pruned`; not targets of `all`)."""
+    return [
+        paths.PRUNED.format(model=m, corpus=c)
+        for m in MODELS
+        for c in CORPORA
+        if EXPERIMENT.prunes(m, c)
+    ]
+
+
 def checked_targets():
     """get_final_output, each existing output checked first to be the one it is (not a file
     copied over it, damaged or edited since its job wrote it), so that a run, even one with
     nothing else to do, names it and the command that rebuilds it; and the outputs of another
-    config lying beside them named."""
+    config lying beside them named. The pruned checkpoints there are checked too, whatever the
+    target."""
     targets = get_final_output()
     if workflow.is_main_process:
-        problem = damaged_problem(targets)
+        problem = damaged_problem(targets + pruned_folders())
         if problem:
             raise WorkflowError(problem)
-        note = leftovers_note(targets)
+        note = leftovers_note(targets + pruned_folders())
         if note:
             print(note, file=sys.stderr)
     return targets

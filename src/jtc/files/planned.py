@@ -123,8 +123,9 @@ def damaged_outputs(paths: Iterable[str]) -> list[str]:
     """Outputs that are not what they say (a file copied over another, a file whose sha256
     differs from its record, an unreadable stamp), and outputs of one job made with different
     settings (one of them put back from another run): checked while a run plans, cheaply
-    (stamps and small files' digests; the values of a Parquet or map file are checked when
-    read)."""
+    (stamps and small files' digests; of a folder output each file's size, and its sha256 where
+    its mtime is not the one recorded, jtc.files.digests; the values of a Parquet or map file,
+    the bytes of a cached model are checked when read)."""
     problems = []
     jobs: dict[str, dict[str, list[str]]] = {}  # job -> {settings: its outputs}
     for path in paths:

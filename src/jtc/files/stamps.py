@@ -5,7 +5,8 @@ A stamp says which output the file was written as (its path under results/, henc
 corpus, split, method or table it is), the rule that made it with the job's wildcards, and a
 digest of the settings it was made with (the job's params, `settings_digest`). Parquet files keep
 it in their schema metadata, map files in their safetensors metadata, folders (a states folder,
-a cached model) in a `stamp.json` written into the folder as it is put in place.
+a cached model, a pruned checkpoint) in a `stamp.json` written into the folder as it is put in
+place, with the size, mtime and sha256 of each of the folder's files (jtc.files.digests).
 
 - A reader refuses a file whose stamp names another output (a map copied over another method's,
   a states file moved between folders), naming the file, what it holds and how to rebuild it.
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from jtc import paths
+from jtc.files import digests
+from jtc.files.digests import file_sha256
 
 KEY = "jtc.stamp"  # metadata key (Parquet schema, safetensors header)
 FOLDER_STAMP = "stamp.json"  # the stamp of a folder output, inside it
@@ -79,17 +82,6 @@ def results_name(path: str | Path) -> str | None:
         if parts[i] == RESULTS:
             return "/".join(parts[i + 1 :]) or None
     return None
-
-
-def file_sha256(path: str | Path) -> str:
-    """The sha256 of a whole file, read 1 MiB at a time into one buffer."""
-    digest = hashlib.sha256()
-    buffer = bytearray(1 << 20)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 # --- the stamps of the running job's outputs ---------------------------------------------------
@@ -149,22 +141,22 @@ def stamp_for(path: str | Path) -> str | None:
 
 
 def write_folder_stamp(tmp: Path, final: Path) -> None:
-    """Stamp a folder output about to be put in place (io.atomic_dir), with the sha256 of each
-    of its JSON files (its Parquet files carry their own stamps and digests)."""
+    """Stamp a folder output about to be put in place (io.atomic_dir), with the size, mtime and
+    sha256 of each of its files (jtc.files.digests; renaming the folder into place keeps them)."""
     text = stamp_for(final)
     if text is not None:
-        files = {p.name: file_sha256(p) for p in sorted(Path(tmp).glob("*.json"))}
-        stamp = {**json.loads(text), "files": files}
+        stamp = {**json.loads(text), "files": digests.record(tmp, FOLDER_STAMP)}
         (Path(tmp) / FOLDER_STAMP).write_text(json.dumps(stamp, sort_keys=True) + "\n")
 
 
 # --- reading and checking stamps -------------------------------------------------------------
 
 
-# the folder outputs (states, block parts, cached models): {first folder: depth under results/}
+# the folder outputs (states, block parts, cached models, pruned checkpoints, lm-eval's task
+# files): {first folder: depth under results/}
 FOLDER_DEPTHS = {
     Path(pattern).relative_to(RESULTS).parts[0]: len(Path(pattern).relative_to(RESULTS).parts)
-    for pattern in (paths.HIDDEN, paths.PARTS, paths.MODEL)
+    for pattern in (paths.HIDDEN, paths.PARTS, paths.MODEL, paths.PRUNED, paths.BENCHMARK_TASKS)
 }
 
 
@@ -179,16 +171,33 @@ def output_of(path: str | Path) -> Path:
     return Path(*path.parts[: len(path.parts) - (len(name) - depth)])
 
 
+def rebuild_command(path: str | Path) -> str | None:
+    """The snakemake command that makes the output a path belongs to alone (its name under
+    results/ as the target, run in the run's folder); None outside a results folder."""
+    name = results_name(output_of(path))
+    return None if name is None else f"snakemake {RESULTS}/{name}"
+
+
+# outputs that `snakemake all` does not make, by their first folder: the target that does
+OWN_TARGETS = {Path(paths.PRUNED).relative_to(RESULTS).parts[0]: "pruned"}
+
+
 def rebuild_hint(path: str | Path) -> str:
     """How to rebuild an output: delete it (a file inside a folder output: the folder) and rerun
-    the same command, which makes it again with what depends on it."""
+    the same command, which makes it again with what depends on it (or the command that makes
+    it alone; for a pruned checkpoint, which `all` does not make, `snakemake pruned`)."""
     target = output_of(path)
     folder = target.is_dir() or target != Path(path)
     kind, remove = ("folder", f"rm -r {target}") if folder else ("file", f"rm {target}")
-    return (
-        f"to rebuild it, delete the {kind} {target} and rerun the workflow ({remove}, then the "
-        "same snakemake command: it makes it again, and what depends on it)"
-    )
+    alone = rebuild_command(target)
+    own = OWN_TARGETS.get((results_name(target) or "").split("/")[0])
+    if own and alone:
+        then = f"then `snakemake {own}`, or `{alone}` for it alone: it makes it again)"
+    else:
+        then = "then the same snakemake command: it makes it again, and what depends on it" + (
+            f"; `{alone}` makes it alone)" if alone else ")"
+        )
+    return f"to rebuild it, delete the {kind} {target} and rerun the workflow ({remove}, {then}"
 
 
 def parse(text: str | bytes | None) -> dict[str, Any] | None:
@@ -278,18 +287,30 @@ def _recorded_stamp(path: Path) -> dict[str, Any] | None:
     return stamp
 
 
-def _folder_stamp(folder: Path) -> dict[str, Any] | None:
+def _folder_stamp(folder: Path, full: bool = False) -> dict[str, Any] | None:
+    """A folder's stamp, its files checked against the record in it (jtc.files.digests: `full`
+    hashes every file, else the quick check of planning)."""
     file = folder / FOLDER_STAMP
     if not file.is_file():
         return None
     stamp = parse(file.read_text())
-    for name, digest in (stamp or {}).get("files", {}).items():
-        if not (folder / name).is_file() or file_sha256(folder / name) != digest:
-            raise StampError(
-                f"{folder / name} is not the file its job wrote (damaged, edited or missing: "
-                f"its sha256 differs from the one in {file}); {rebuild_hint(folder)}"
-            )
+    files = (stamp or {}).get("files", {})
+    found = digests.differences(folder, files if isinstance(files, dict) else {}, full)
+    if found:
+        path, why = found[0]
+        raise StampError(
+            f"{path} is not the file its job wrote (damaged, edited or missing: {why}; "
+            f"recorded in {file}); {rebuild_hint(folder)}"
+        )
     return stamp
+
+
+def verify_folders(folders: list[str]) -> None:
+    """Every file of each folder output against the sha256 recorded when it was written,
+    whatever its mtime (what hands a folder over whole, such as `snakemake pruned`); a
+    StampError naming the first file that differs and how to rebuild its folder."""
+    for folder in map(Path, folders):
+        _folder_stamp(folder, full=True)
 
 
 def read_stamp(path: str | Path) -> dict[str, Any] | None:

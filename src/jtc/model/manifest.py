@@ -6,6 +6,14 @@ A job that loads the whole model checks every file whole (`check_manifest`). A j
 only a few tensors of the weights (the decoder head, a few hundred MB of a 7B model's 13 GB)
 checks the other files whole, the weights file's size and header, and then only the tensors it
 reads, each against the checksum recorded for it when the model was cached (`Manifest`).
+
+The manifest is the model's own: written by every cache_model (in a workflow job or not) and
+checked by every load, so it answers "are the bytes read the ones cached?". A workflow job also
+writes the folder's stamp.json (jtc.files.stamps, jtc.files.digests: each file's size, mtime and
+sha256), which answers "is this the folder the workflow wrote?" while a run plans, without
+reading the weights (their size always, their bytes where their mtime changed). A change that
+keeps the size and mtime (a byte flipped, the mtime put back) passes planning and is refused
+by the first job that loads the model, here.
 """
 
 from __future__ import annotations
@@ -19,10 +27,18 @@ from pathlib import Path
 from typing import BinaryIO
 
 from jtc.files.io import CorruptFileError, read_json
+from jtc.files.stamps import rebuild_command
 
 MANIFEST = "manifest.json"  # {file: {"bytes": size, "crc32": checksum, ...}} of a cached model
+INFO = "info.json"  # what jtc.model.cache.model_info says of the model
+PRUNED_DESCRIPTION = "pruning.json"  # in a pruned checkpoint (jtc.pruning.checkpoint)
+EXPECTED = (
+    "a cached model folder: results/models/NAME of a finished workflow run (made by its "
+    "resolve_model job, e.g. `snakemake results/models/NAME`)"
+)
 WEIGHTS_SUFFIX = ".safetensors"  # these also get "header_crc32" and "tensors": {name: crc32}
 _CHUNK = 1 << 24
+HEADER_LIMIT = 100_000_000  # safetensors refuses longer headers
 
 
 def _chunks(handle: BinaryIO, length: int | None) -> Iterator[bytes]:
@@ -46,9 +62,10 @@ def _crc32(path: Path, start: int = 0, length: int | None = None) -> str:
     return f"{value:08x}"
 
 
-def _header(path: Path) -> tuple[int, dict]:
+def safetensors_header(path: Path, metadata: bool = False) -> tuple[int, dict]:
     """(the byte where a safetensors file's tensor data starts, its header: {name: {dtype,
-    shape, data_offsets}}); CorruptFileError where the header cannot be read."""
+    shape, data_offsets}}, with "__metadata__" if `metadata`); CorruptFileError where the
+    header cannot be read."""
     with path.open("rb") as handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
@@ -56,18 +73,26 @@ def _header(path: Path) -> tuple[int, dict]:
         (length,) = struct.unpack("<Q", prefix)
         if length > path.stat().st_size - 8:
             raise CorruptFileError(f"{path}: its header length runs past the end of the file")
+        if length > HEADER_LIMIT:
+            raise CorruptFileError(f"{path}: its header length {length} is over safetensors' limit")
         try:
             header = json.loads(handle.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptFileError(f"{path}: its header is not JSON ({exc})") from exc
-    header.pop("__metadata__", None)
+    if not isinstance(header, dict):
+        raise CorruptFileError(f"{path}: its header is not a JSON object")
+    if not metadata:
+        header.pop("__metadata__", None)
     return 8 + length, header
+
+
+_header = safetensors_header  # (its name in jtc before jtc.pruning.export_inputs read it too)
 
 
 def _weights_entry(path: Path) -> dict:
     """The size and checksum of a weights file, of its header, and of each tensor's bytes, in
     one pass over the file."""
-    start, header = _header(path)
+    start, header = safetensors_header(path)
     spans = sorted((spec["data_offsets"], name) for name, spec in header.items())
     tensors, whole, at = {}, 0, 0
     with path.open("rb") as handle:
@@ -109,26 +134,92 @@ def write_manifest(folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+def rebuild_text(folder: str | Path) -> str:
+    """How to cache a damaged model again: delete its folder, then the snakemake command that
+    makes that folder (the folder of a workflow run's results/models/NAME)."""
+    command = rebuild_command(folder)
+    how = (
+        f"then `{command}` in the folder of its workflow run (with the run's --configfile, if "
+        "it had one) caches it again, as does the run's own snakemake command"
+        if command
+        else "then cache it again as it was made: `snakemake results/models/NAME` in its "
+        "workflow run, or jtc.model.cache.cache_model"
+    )
+    return f"delete the folder {folder} and rerun to cache the model again (rm -r {folder}; {how})"
+
+
+def _looks_like(names: set[str]) -> str:
+    """What a folder that is no jtc model cache seems to hold, from its files' names."""
+    if not names:
+        return "it is empty"
+    if any(n.endswith(".gguf") for n in names):
+        return "it holds a GGUF model: a model's source, not its cache"
+    if "config.json" in names:
+        return "it holds config.json: a Hugging Face model folder, a model's source, not its cache"
+    shown = ", ".join(sorted(names)[:5])
+    return f"it holds {shown}" + (" and more" if len(names) > 5 else "")
+
+
+def cache_problem(folder: str | Path, label: str = "the model folder") -> str | None:
+    """Why `folder` cannot be read as a jtc model cache (jtc.model.cache.cache_model): it does
+    not exist, it is no model cache (a model's source folder, a pruned checkpoint: what to pass
+    instead), or it is a damaged one (a file missing, of another size, or a small file whose
+    checksum differs: how to cache it again). The weights' bytes are checked as they are loaded
+    (check_manifest). None when it is a cache."""
+    folder = Path(folder)
+    if not folder.exists():
+        return f"{label} {folder} does not exist; pass {EXPECTED}"
+    if not folder.is_dir():
+        return f"{label} {folder} is a file, not a folder; pass {EXPECTED}"
+    names = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    if PRUNED_DESCRIPTION in names:
+        return (
+            f"{label} {folder} is a pruned checkpoint ({PRUNED_DESCRIPTION}: written by jtc "
+            f"prune or `snakemake pruned`), not a model cache; pass the cache of the model to "
+            f"prune, {EXPECTED}"
+        )
+    if MANIFEST not in names and INFO not in names:
+        return (
+            f"{label} {folder} is not a jtc model cache (it has no {INFO} or {MANIFEST}; "
+            f"{_looks_like(names)}); pass {EXPECTED}. To prune a model of your own, add "
+            f"it to the config's models (models.NAME.source: {folder}), run `snakemake "
+            f"results/models/NAME` and pass that folder"
+        )
+    if MANIFEST not in names or INFO not in names:
+        missing = INFO if MANIFEST in names else MANIFEST
+        return (
+            f"{label} {folder} is a damaged jtc model cache (it has no {missing}, or was cached "
+            f"by an older jtc): {rebuild_text(folder)}"
+        )
+    try:
+        Manifest(folder).check_but_tensors()
+    except CorruptFileError as exc:
+        return f"{label} {folder} is a damaged jtc model cache: {exc}"
+    return None
+
+
 class Manifest:
     """A cached model folder's manifest, read once, for the checks of a job."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self.rebuild = (
-            f"delete the folder {self.folder} and rerun the same snakemake command to cache the "
-            f"model again (rm -r {self.folder})"
-        )
+        self.rebuild = rebuild_text(self.folder)
         if not (self.folder / MANIFEST).is_file():
             raise CorruptFileError(
                 f"{self.folder}: no {MANIFEST} (damaged, or cached by an older jtc): {self.rebuild}"
             )
-        self.entries: dict[str, dict] = read_json(self.folder / MANIFEST)
+        try:
+            self.entries: dict[str, dict] = read_json(self.folder / MANIFEST)
+        except CorruptFileError:
+            self.entries = None  # type: ignore[assignment]
+        if not isinstance(self.entries, dict):
+            raise CorruptFileError(f"{self.folder / MANIFEST} is damaged: {self.rebuild}")
         self._checked: set[tuple[str, str]] = set()
         self._headers: dict[str, tuple[int, dict]] = {}  # parsed once a job, by file
 
     def _header(self, name: str) -> tuple[int, dict]:
         if name not in self._headers:
-            self._headers[name] = _header(self.folder / name)
+            self._headers[name] = safetensors_header(self.folder / name)
         return self._headers[name]
 
     def _damaged(self, path: Path, what: str = "its size or checksum") -> CorruptFileError:

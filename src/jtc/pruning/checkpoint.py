@@ -33,7 +33,8 @@ from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_ad
 from jtc.model.kept_blocks import prune_config
 from jtc.model.sources import shareable_source
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
-from jtc.pruning.map_file import model_problem, read_replaceme_map
+from jtc.pruning.export_inputs import export_problem
+from jtc.pruning.map_file import read_replaceme_map
 
 VARIANTS = ("replaceme", "drop")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -266,13 +267,15 @@ def export(
     force: bool = False,
 ) -> Path:
     """write_pruned, for replaceme with the span's transform read from the maps file `maps`
-    (which pruning.json names); drop reads no maps. A maps file fitted on another model than
-    `model_dir`'s (jtc.pruning.map_file.model_problem) is refused, naming both."""
+    (which pruning.json names); drop reads no maps. A model folder that is no jtc model cache,
+    or a maps file that is no span maps file or was fitted on another model than `model_dir`'s,
+    is refused as the wrong input (jtc.pruning.export_inputs)."""
     transform, source = None, None
-    if variant == "replaceme" and maps is not None:  # without: write_pruned says it needs one
-        problem = model_problem(maps, model_dir)
-        if problem:
-            raise ValueError(problem)
+    uses = maps if variant == "replaceme" else None  # without: write_pruned says it needs one
+    problem = export_problem(model_dir, uses)
+    if problem:
+        raise ValueError(problem)
+    if uses is not None:
         transform = read_replaceme_map(maps, start, length)
         source = f"{maps}: replaceme, start {start}, length {length}"
     return write_pruned(
@@ -311,6 +314,7 @@ def write_pruned(
     from jtc.files.io import atomic_dir
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
+    from jtc.model.manifest import cache_problem
 
     out = Path(out)
     if variant not in VARIANTS:
@@ -326,6 +330,9 @@ def write_pruned(
             f"{out} exists and is not empty: write to a new folder, or replace it "
             f"(--force; force=True)"
         )
+    problem = cache_problem(model_dir)
+    if problem:
+        raise ValueError(problem)
     model, tokenizer, info = load_model(model_dir, threads=torch.get_num_threads())
     adapter = adapter_of(info)
     name = f"model '{info.get('name', Path(model_dir).name)}'"
