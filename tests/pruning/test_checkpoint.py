@@ -392,6 +392,7 @@ def test_cli_prunes_a_cached_model(cached, tmp_path, capsys):
     done = json.loads((tmp_path / "out/pruning.json").read_text())
     assert f"{done['parameters_before']:,} -> {done['parameters_after']:,}" in lines[-1]
     assert done["transform_source"].endswith("replaceme, start 2, length 2")
+    assert done["caveat"] is None  # chosen by hand: nothing to say of a selection
     original, _, _ = load_cached(model_dir)
     adapter = find_adapter(original, "causal")
     weight = random_transform(seed=START * 10 + LENGTH)

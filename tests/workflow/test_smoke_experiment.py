@@ -105,6 +105,9 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     }
     written = json.loads((tmp_path / "results/pruned/smollm2/news/config.json").read_text())
     assert written["num_hidden_layers"] == 30 - 8
+    # 16 calibration sentences (352 tokens) for a width of 576: the export says what it is worth
+    described = json.loads((tmp_path / "results/pruned/smollm2/news/pruning.json").read_text())
+    assert "fewer than the width" in described["caveat"]
 
     # docs/outputs.md's own-model example: SmolLM2 from its source and exported maps, hooks
     from jtc.cli import main

@@ -165,6 +165,8 @@ rule export_pruned:
 rule pruned:
     input:
         pruned_folders(),
+    log:
+        "logs/pruned.log",
     localrule: True
     run:
         # every file of each checkpoint against the sha256 its job recorded, mtime or not

@@ -265,6 +265,7 @@ def export(
     variant: str,
     maps: str | Path | None = None,
     force: bool = False,
+    caveat: str | None = None,
 ) -> Path:
     """write_pruned, for replaceme with the span's transform read from the maps file `maps`
     (which pruning.json names); drop reads no maps. A model folder that is no jtc model cache,
@@ -287,6 +288,7 @@ def export(
         transform=transform,
         force=force,
         transform_source=source,
+        caveat=caveat,
     )
 
 
@@ -300,6 +302,7 @@ def write_pruned(
     transform: np.ndarray | None = None,
     force: bool = False,
     transform_source: str | None = None,
+    caveat: str | None = None,
 ) -> Path:
     """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
     removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
@@ -307,7 +310,8 @@ def write_pruned(
     output X @ weight.T) into block `start`'s MLP; 'drop' takes none. The folder is written
     beside `out` and renamed into place once it loads with plain transformers and reproduces the
     hooked pruned model's logits; `transform_source` says in pruning.json where `transform`
-    came from."""
+    came from, `caveat` what the span's choice is worth (jtc.pruning.spans.exported_caveat:
+    an underdetermined map, a tie), null when nothing is to be said."""
     import transformers
 
     from jtc import __version__
@@ -383,6 +387,7 @@ def write_pruned(
             "parameters_after": after,
             "folded_into": None if folded is None else f"block {start}: {folded}",
             "transform_source": transform_source,
+            "caveat": caveat,
             "convention": (
                 "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "
                 "X @ weight.T, folded into its final linear layer; blocks_removed are gone"

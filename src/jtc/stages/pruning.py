@@ -185,4 +185,12 @@ def export_pruned(
     caveat = exported_caveat(chosen, start, n, config)
     if caveat:
         logging.getLogger("jtc").warning("%s: %s", model, caveat)
-    export(model_dir, out, start=start, length=n, variant=config.export_variant, maps=maps)
+    export(
+        model_dir,
+        out,
+        start=start,
+        length=n,
+        variant=config.export_variant,
+        maps=maps,
+        caveat=caveat,
+    )
