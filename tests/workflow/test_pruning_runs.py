@@ -1,9 +1,14 @@
-"""Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model; a
-masked LM is refused while planning."""
+"""Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model,
+whose damage is refused and repaired; a masked LM is refused while planning."""
+
+import json
+import os
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from harness import copy_run, read_config, rules_run, run_snakemake, write_config
+from damage import flip_byte
+from harness import copy_run, read_config, rules_run, run_snakemake, snapshot, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -90,6 +95,7 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
 
     pruned = AutoModelForCausalLM.from_pretrained(folder)
     assert pruned.config.num_hidden_layers == 1
+    refuses_a_damaged_checkpoint_and_rebuilds_it(tmp_path)
 
 
 def test_depth_pruning_of_a_masked_lm_is_refused_while_planning(tiny_run, tmp_path):
@@ -101,3 +107,41 @@ def test_depth_pruning_of_a_masked_lm_is_refused_while_planning(tiny_run, tmp_pa
     assert proc.returncode != 0
     assert "config key 'pruning.models': model 'bert' is a masked LM" in output
     assert rules_run(proc) == {}
+
+
+def refuses_a_damaged_checkpoint_and_rebuilds_it(work):
+    """A pruned checkpoint damaged after `snakemake pruned` (its files recorded in its
+    stamp.json): a byte changed by an ordinary write is refused while any run plans, naming the
+    folder and the command that rebuilds it, and nothing under results/ changes; a byte changed
+    with its mtime put back passes planning and is refused by `snakemake pruned`, which checks
+    every file it hands over; deleting the folder and rerunning rebuilds it byte for byte."""
+    folder = "results/pruned/gpt/mini"
+    weights = work / folder / "model.safetensors"
+    written, intact = weights.stat(), weights.read_bytes()
+    recorded = json.loads((work / folder / "stamp.json").read_text())["files"]
+    assert recorded["model.safetensors"]["bytes"] == len(intact)
+
+    # a byte changed by an ordinary write: every run refuses it while planning
+    flip_byte(weights, len(intact) - 3)
+    before = snapshot(work)
+    for target in ("all", "pruned"):
+        refused = run_snakemake(work, target, check=False)
+        assert refused.returncode != 0 and rules_run(refused) == {}, target
+        assert f"{folder}/model.safetensors is not the file its job wrote" in refused.stderr
+        rebuild = f"delete the folder {folder} and rerun the workflow (rm -r {folder}, then "
+        assert rebuild + "`snakemake pruned`" in refused.stderr
+    assert snapshot(work) == before
+
+    # the same byte changed with the mtime put back: planning passes, `snakemake pruned` not
+    weights.write_bytes(intact)
+    os.utime(weights, ns=(written.st_atime_ns, written.st_mtime_ns))
+    flip_byte(weights, len(intact) - 3, keep_mtime=True)
+    failed = run_snakemake(work, "pruned", check=False)
+    assert failed.returncode != 0 and rules_run(failed) == {"pruned": 1}
+    assert f"{folder}/model.safetensors is not the file its job wrote" in failed.stderr
+    assert f"rm -r {folder}" in failed.stderr
+
+    # the command given: the checkpoint made again, the same bytes
+    shutil.rmtree(work / folder)
+    assert rules_run(run_snakemake(work, "pruned")) == {"export_pruned": 1, "pruned": 1}
+    assert weights.read_bytes() == intact

@@ -40,12 +40,13 @@ def test_more_evaluation_sentences_than_the_text_has_are_refused_while_planning(
     assert "lower sizes.validation" not in output
 
 
-def test_a_prepared_corpus_refuses_too_many_pruning_sentences_before_any_job(work, tiny_project):
+def test_too_many_pruning_sentences_are_refused_before_they_are_drawn(work, tiny_project, tmp_path):
     configure(work, tiny_project)
     run_snakemake(work, "results/corpora/mini.parquet")
     splits = pq.read_table(work / "results/corpora/mini.parquet").column("split")
     validation = pc.sum(pc.equal(splits, "validation")).as_py()
     train = len(splits) - validation
+    # a prepared corpus: refused before any job runs
     for key, split, have in [
         ("evaluation_sentences", "validation", validation),
         ("calibration_sentences", "train", train),
@@ -61,16 +62,9 @@ def test_a_prepared_corpus_refuses_too_many_pruning_sentences_before_any_job(wor
         assert f"lower pruning.{key} to at most {have}" in proc.stderr
         assert sorted(p.name for p in (work / "results").iterdir()) == ["corpora"]  # no job ran
 
-
-def test_a_corpus_prepared_in_the_run_refuses_too_many_pruning_sentences_before_they_are_drawn(
-    work, tiny_project, tmp_path
-):
-    # the text's lines bound the validation split from above only: the exact count is known
-    # once prepare_corpus (a checkpoint) has made the table, and checked before any pruning job
-    configure(work, tiny_project)
-    run_snakemake(work, "results/corpora/mini.parquet")
-    splits = pq.read_table(work / "results/corpora/mini.parquet").column("split")
-    validation = pc.sum(pc.equal(splits, "validation")).as_py()
+    # a corpus prepared in the run: the text's lines bound the validation split from above
+    # only; the exact count is known once prepare_corpus (a checkpoint) has made the table, and
+    # checked before any pruning job
     fresh = link_inputs(tiny_project, tmp_path / "fresh")
     configure(fresh, tiny_project, evaluation_sentences=validation + 1)
     assert run_snakemake(fresh, "all", "-n", check=False).returncode == 0  # not known yet
