@@ -31,18 +31,26 @@ def pruned_folders():
     ]
 
 
+def other_folders():
+    """What the experiment makes outside `all` (`snakemake pruned`, `snakemake benchmarks`):
+    the pruned checkpoints and lm-eval's task files, checked and not named as left by another
+    config where they exist."""
+    pruned = pruned_folders()
+    return pruned + ([paths.BENCHMARK_TASKS] if pruned else [])
+
+
 def checked_targets():
     """get_final_output, each existing output checked first to be the one it is (not a file
     copied over it, damaged or edited since its job wrote it), so that a run, even one with
     nothing else to do, names it and the command that rebuilds it; and the outputs of another
-    config lying beside them named. The pruned checkpoints there are checked too, whatever the
-    target."""
+    config lying beside them named. What the experiment makes outside `all` is checked too,
+    whatever the target (other_folders)."""
     targets = get_final_output()
     if workflow.is_main_process:
-        problem = damaged_problem(targets + pruned_folders())
+        problem = damaged_problem(targets + other_folders())
         if problem:
             raise WorkflowError(problem)
-        note = leftovers_note(targets + pruned_folders())
+        note = leftovers_note(targets + other_folders())
         if note:
             print(note, file=sys.stderr)
     return targets
