@@ -3,6 +3,8 @@ maps reproduce the calibration tokens, so `measured` ties across every span; the
 recorded and broken by the angular distance (not the earliest start), the tables and the
 calibration's log say underdetermined, and a well-determined calibration has no tie."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from tiny import SENTENCES, make_model
@@ -89,3 +91,14 @@ def test_exporting_an_underdetermined_tied_span_says_so(tiny):
     drop = ExportSettings.defaults(export_length=2, export_variant="drop")
     start, n = exported_span(rows, LAYERS, drop, "tiny")
     assert exported_caveat(rows, start, n, drop) is None
+
+
+def test_an_underdetermined_variant_is_never_selected_on_its_loss(tiny):
+    # losses left apart by rounding beyond TIE still say nothing of the spans: all tie
+    grams, fits, _ = calibrated(tiny, SENTENCES[:2])
+    assert grams.tokens < grams.width == WIDTH
+    apart = [dataclasses.replace(f, loss=f.start * 1e-3) if f.variant == "mat" else f for f in fits]
+    chosen = {(s.selection, s.variant): s for s in select_spans(grams, apart, [2], VARIANTS)}
+    starts = sorted(f.start for f in apart if f.variant == "mat")
+    assert sorted(chosen["measured", "mat"].tied) == starts
+    assert chosen["measured", "mat"].start == chosen["angular_distance", "mat"].start

@@ -54,6 +54,14 @@ class SpanGrams:
     ffn_cross: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     ffn_own: dict[int, np.ndarray] = field(default_factory=dict)
 
+    @property
+    def width(self) -> int | None:
+        """The width of the states summed (None before any d × d sum)."""
+        for grams in (self.state_grams, self.ffn_grams):
+            for gram in grams.values():
+                return int(gram.shape[0])
+        return None
+
     def angular_distance(self, start: int, length: int) -> float:
         """UIDL's mean arccos(cos(h_i, h_{i+n}))/π over calibration tokens (every token)."""
         return self.angles[start, start + length] / self.tokens
@@ -208,8 +216,9 @@ def select_spans(
     span (ShortGPT), the smallest calibration loss of the variant itself (measured); and for
     drop, ShortGPT's n blocks of lowest Block Influence, consecutive or not. Values within TIE
     of the best tie (every map fitted on fewer calibration tokens than the width reproduces
-    them: `measured` then ties everywhere): the tie is recorded (Selected.tied) and broken by
-    the smallest angular distance, then the earliest start."""
+    them: `measured` then ties everywhere, and is never selected on: every span of such a
+    variant counts as tied, whatever rounding left): the tie is recorded (Selected.tied) and
+    broken by the smallest angular distance, then the earliest start."""
     influence = grams.block_influence()
     chosen = []
     for n in sorted(set(lengths)):
@@ -221,6 +230,8 @@ def select_spans(
                 "block_influence": [influence[f.start : f.start + n].sum() for f in own],
                 "measured": [f.loss for f in own],
             }
+            if grams.width and underdetermined_fit(variant, grams.tokens, grams.width):
+                scores["measured"] = [0.0] * len(own)  # a loss of 0 up to rounding, everywhere
             for selection, values in scores.items():
                 index, tied = _choice(values, angles)
                 best = own[index]
