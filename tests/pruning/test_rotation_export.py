@@ -8,6 +8,7 @@ by name, and nothing is written then.
 RMSNorm's epsilon is the fold's only inexact term (eps/(s²·mean(h²)) against eps/mean(h²)):
 the tiny models' states are small (mean(h²) about 4e-4), so their epsilon is made 1e-9 here."""
 
+import copy
 import json
 import re
 
@@ -18,13 +19,19 @@ from pruneable import TOKENIZER, make
 from tiny import SENTENCES
 from transformers import AutoModelForCausalLM
 
+from jtc.cli import main
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning.checkpoint import export, prune_blocks, write_pruned
 from jtc.pruning.export_check import hooked_logits
+from jtc.pruning.fits import fit_span
 from jtc.pruning.map_file import SpanMapWriter
+from jtc.pruning.pruned import pruned_copy
 from jtc.pruning.rotate import fold_rotation, split_rotation
+from jtc.pruning.spans import StatisticsPlan
+from jtc.pruning.sums import span_statistics
+from jtc.shortcuts.maps import ShortcutMap
 
 WIDTH, LAYERS, SCALE, EPS = 32, 5, 1.3, 1e-9
 MODELS = [("llama", False), ("llama", True), ("qwen2", False), ("qwen2", True)]
@@ -195,3 +202,41 @@ def test_a_map_that_is_no_rotation_is_refused(cached, tmp_path):
     with pytest.raises(ValueError, match="'rotation' needs a transform"):
         write_pruned(cached("llama"), tmp_path / "out", start=2, length=2, variant="rotation")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("kind", "tied"), [("llama", True), ("qwen2", False)])
+def test_the_fitted_rotation_run_in_memory_is_the_exported_one(kind, tied):
+    """The rotation fitted on the model's calibration sums, applied by the in-memory pruned copy
+    that the measures run (a hook on the stream, like mat), gives the logits of the same model
+    with the rotation folded and the span removed (what the export writes)."""
+    m, adapter = model(kind, tied)
+    inputs = [np.asarray(TOKENIZER(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
+    plan = StatisticsPlan.of(LAYERS, [2], ["rotation"])
+    grams = span_statistics(m, adapter, inputs, plan, batch_size=3, pad_id=0)
+    fit = fit_span(grams, "rotation", 2, 2, rank=1)
+    hooked = pruned_copy(m, adapter, "rotation", 2, 2, ShortcutMap(fit.tensors))
+    folded = copy.deepcopy(m)
+    prune_blocks(folded, adapter, 2, 2, fit.tensors["weight"], "rotation")
+    with torch.no_grad():
+        want = hooked(**ids(), use_cache=False).logits
+        got = folded(**ids(), use_cache=False).logits
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-4
+    drop = pruned_copy(m, adapter, "drop", 2, 2, None)
+    with torch.no_grad():
+        dropped = drop(**ids(), use_cache=False).logits
+    assert float((dropped - want).abs().max() / want.abs().max()) > 1e-3
+
+
+def test_cli_prunes_with_a_rotation(cached, tmp_path, capsys):
+    folder = cached("llama")
+    maps = write_maps(tmp_path / "maps.safetensors", folder, "llama", [(1, 2)])
+    argv = ["prune", "--model-dir", str(folder), "--start", "1", "--length", "2"]
+    argv += ["--variant", "rotation", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "--variant rotation needs --maps FILE" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert main([*argv, "--maps", str(maps)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("rotation: removed blocks 2..3 of 5 (3 left); parameters ")
+    with pytest.raises(ValueError, match="has no rotation map for start 2, length 2"):
+        export(folder, tmp_path / "other", start=2, length=2, variant="rotation", maps=maps)
