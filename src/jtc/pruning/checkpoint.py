@@ -36,10 +36,10 @@ from transformers.pytorch_utils import Conv1D
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
 from jtc.model.kept_blocks import prune_config
 from jtc.model.sources import shareable_source
+from jtc.pruning import rotate
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
 from jtc.pruning.export_inputs import export_problem
 from jtc.pruning.map_file import load_span_map
-from jtc.pruning.rotate import fold_rotation, rotation_problem, split_rotation
 
 VARIANTS = ("replaceme", "drop", "rotation")
 FOLDED = ("replaceme", "rotation")  # the variants whose map is folded (the others: none)
@@ -56,12 +56,6 @@ FINAL_LINEARS = (
     "dense_2",
     "out_proj",
     "wo",
-)
-
-
-ROTATION_FOLD = (
-    "embeddings and blocks 1..{start}: norm gains into q/k/v/gate/up_proj, those read the "
-    "rotated stream, embeddings and o/down_proj write s·h Q; output embeddings untied"
 )
 
 
@@ -224,7 +218,7 @@ def transform_problem(transform: np.ndarray, width: int, variant: str = "replace
         return "the transform has non-finite values (NaN or inf)"
     if variant == "rotation":
         try:
-            split_rotation(weight)
+            rotate.split_rotation(weight)
         except ValueError as exc:
             return str(exc)
     return None
@@ -235,7 +229,7 @@ def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str
     if variant == "replaceme":
         return fold_problem(model, adapter, start)
     if variant == "rotation":
-        return rotation_problem(model, adapter, start)
+        return rotate.rotation_problem(model, adapter, start)
     return None
 
 
@@ -272,7 +266,7 @@ def prune_blocks(
         problem = transform_problem(transform, int(config.hidden_size), variant)
         if problem:
             raise ValueError(problem)
-        fold_rotation(model, adapter, start, *split_rotation(transform))
+        rotate.fold_rotation(model, adapter, start, *rotate.split_rotation(transform))
     elif transform is not None:
         found = _final_linear(model, adapter, start)
         if isinstance(found, str):
@@ -398,14 +392,17 @@ def write_pruned(
     found = _final_linear(model, adapter, start) if variant == "replaceme" else None
     folded = f"block {start}: {found[0]}" if isinstance(found, tuple) else None
     if variant == "rotation":
-        folded = ROTATION_FOLD.format(start=start)
+        folded = rotate.FOLDED_INTO.format(start=start)
     prune_blocks(model, adapter, start, length, transform, variant)
     after = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         pruned = model(**batch, use_cache=False).logits.float()
     check = {"tokens": int(batch["input_ids"].numel())}
-    check["fold_error_relative"] = check_fold(pruned, reference, dtype)
+    if variant == "rotation":  # exact but for RMSNorm's epsilon (jtc.pruning.rotate)
+        check.update(rotate.check_rotation_fold(model, adapter, start, transform, batch, reference))
+    else:
+        check["fold_error_relative"] = check_fold(pruned, reference, dtype)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

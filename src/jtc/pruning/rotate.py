@@ -31,12 +31,20 @@ stream.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from torch import nn
 
 from jtc.model.adapters import Adapter, lookup
+from jtc.pruning.export_check import check_fold
 
+# pruning.json's folded_into of a rotation
+FOLDED_INTO = (
+    "embeddings and blocks 1..{start}: norm gains into q/k/v/gate/up_proj, those read the "
+    "rotated stream, embeddings and o/down_proj write s·h Q; output embeddings untied"
+)
 # the linear layers that read a block's normalised stream and write into it, by part
 READS = {"attn": ("q_proj", "k_proj", "v_proj"), "ffn": ("gate_proj", "up_proj")}
 WRITES = {"attn": "o_proj", "ffn": "down_proj"}
@@ -222,3 +230,55 @@ def fold_rotation(
                 write.weight.copy_((scale * qd.T @ write.weight.double()).to(write.weight.dtype))
                 if write.bias is not None:
                     write.bias.copy_((scale * write.bias.double() @ qd).to(write.bias.dtype))
+
+
+# the folded model's logits may differ from the hooked rotation's by RMSNorm's epsilon alone
+# (eps against s²·eps in blocks 1..i): beyond this share of the largest logit it is refused
+EPSILON_TOLERANCE = 0.05
+
+
+@contextmanager
+def _epsilon_times(model: nn.Module, adapter: Adapter, start: int, factor: float):
+    """Blocks 1..start's norms with their epsilon multiplied by `factor`, then restored."""
+    paths = [p.input_path for p in adapter.parts if p.name in NORM_OF.values()]
+    norms = [lookup(b, p) for b in list(adapter.blocks(model))[:start] for p in paths]
+    names = ["variance_epsilon" if hasattr(n, "variance_epsilon") else "eps" for n in norms]
+    old = [getattr(n, name) for n, name in zip(norms, names, strict=True)]
+    try:
+        for norm, name, eps in zip(norms, names, old, strict=True):
+            setattr(norm, name, eps * factor)
+        yield
+    finally:
+        for norm, name, eps in zip(norms, names, old, strict=True):
+            setattr(norm, name, eps)
+
+
+def check_rotation_fold(
+    model: nn.Module,
+    adapter: Adapter,
+    start: int,
+    weight: np.ndarray,
+    batch: dict[str, torch.Tensor],
+    reference: torch.Tensor,
+) -> dict[str, float]:
+    """The checks of a rotation folded into `model` (the span removed) against the hooked
+    `reference` (h_{i+n} := s·h_i Q): with blocks 1..start's epsilon made s²·eps the fold is
+    exact (fold_error_relative, export_check.check_fold's tolerance); as written it differs by
+    the epsilon's share alone (epsilon_error_relative, refused above EPSILON_TOLERANCE)."""
+    scale, _ = split_rotation(weight)
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        with _epsilon_times(model, adapter, start, scale * scale):
+            exact = model(**batch, use_cache=False).logits.float()
+        written = model(**batch, use_cache=False).logits.float()
+    check = {"fold_error_relative": check_fold(exact, reference, dtype)}
+    error = float((written - reference).abs().max()) / (float(reference.abs().max()) or 1.0)
+    if not error <= EPSILON_TOLERANCE:
+        raise RuntimeError(
+            f"the rotation (scale s = {scale:.3g}) folds exactly but for RMSNorm's epsilon, and "
+            f"that changes the logits by {error:.2g} of their largest value (tolerance "
+            f"{EPSILON_TOLERANCE}): the states of blocks 1..{start} are too small against the "
+            "epsilon; nothing was written. Export another span, or --variant replaceme or drop"
+        )
+    check["epsilon_error_relative"] = error
+    return check
