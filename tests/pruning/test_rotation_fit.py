@@ -8,9 +8,11 @@ import pytest
 from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
-from jtc.pruning.fits import SpanGrams, fit_span, underdetermined_fit
+from jtc.pruning.fits import SpanGrams, fit_span, select_spans, underdetermined_fit
+from jtc.pruning.map_file import load_span_map, save_span_maps
 from jtc.pruning.spans import VARIANTS, StatisticsPlan, spans
 from jtc.pruning.sums import span_statistics
+from jtc.pruning.tables import calibration_table, selection_table
 from jtc.shortcuts.maps import ShortcutMap
 
 WIDTH, TOKENS = 8, 200
@@ -83,3 +85,32 @@ def test_rotation_lies_between_mat_and_drop(kind):
         assert rotation.loss >= fit_span(full, "mat", start, n, rank=1).loss - 1e-9
         assert rotation.loss == pytest.approx(fit_span(full, "rotation", start, n, 1).loss)
     assert underdetermined_fit("rotation", grams.tokens, 10**6)
+
+
+def test_rotation_maps_are_stored_selected_and_tabled(tmp_path):
+    """The calibration's path for rotation: fits selected by every rule, the tables written,
+    the maps file holding each span's (s·Q)ᵀ, read back as the export reads it."""
+    layers = 6
+    model, tokenizer = make_model("llama", layers=layers, width=32)
+    inputs = [np.asarray(tokenizer(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
+    variants = ["drop", "rotation"]
+    plan = StatisticsPlan.of(layers, [2], variants)
+    grams = span_statistics(model, get_adapter("llama"), inputs, plan, batch_size=3, pad_id=0)
+    fits = [fit_span(grams, v, i, n, rank=1) for v in variants for i, n in spans(layers, [2], v)]
+    chosen = select_spans(grams, fits, [2], variants)
+    assert {s.selection for s in chosen if s.variant == "rotation"} == {
+        "angular_distance",
+        "block_influence",
+        "measured",
+    }
+    calibration = calibration_table(grams, fits, 0.0, 32).to_pylist()
+    rotation = [r for r in calibration if r["variant"] == "rotation"]
+    assert len(rotation) == len(spans(layers, [2], "rotation"))
+    assert all(r["underdetermined"] == (grams.tokens < 32) for r in rotation)
+    assert len(selection_table(chosen, layers, grams.tokens, 32)) == len(chosen)
+    path = tmp_path / "maps.safetensors"
+    save_span_maps(path, fits, {"model": "llama"})
+    for fit in fits:
+        if fit.variant == "rotation":
+            got = load_span_map(path, "rotation", fit.start, fit.length).tensors["weight"]
+            np.testing.assert_allclose(got, fit.tensors["weight"], rtol=1e-6, atol=1e-7)
