@@ -243,7 +243,8 @@ class ExportSettings(Settings):
     """The selection rule that chooses the span (on calibration sentences; the schema's
     default: angular_distance)."""
     export_variant: str
-    """replaceme (the map folded into the block before the span) or drop."""
+    """replaceme (the map folded into the block before the span), drop, or rotation (s·Q folded
+    into the embeddings and the blocks before the span)."""
 
 
 @dataclasses.dataclass(frozen=True)

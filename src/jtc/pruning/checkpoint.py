@@ -15,6 +15,10 @@ X @ weight.T (weight = Tᵀ), as `replaceme.start_{i}.length_{n}.weight` in the 
 file (results/pruning/{model}/{corpus}/maps.safetensors; jtc.pruning.map_file); `export` reads
 it from there, for `jtc prune` and the export_pruned stage.
 
+`rotation` folds a scaled rotation h_{i+n} := s·h_i Q (its map `rotation.start_{i}.length_{n}
+.weight` = (s·Q)ᵀ in the maps file) into the embeddings and blocks 1..i of a pre-norm RMSNorm
+model (jtc.pruning.rotate), and removes the span: the same architecture again.
+
 `write_pruned` checks what it writes before it puts the folder in place
 (jtc.pruning.export_check).
 """
@@ -32,11 +36,13 @@ from transformers.pytorch_utils import Conv1D
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, lookup, part_adapter
 from jtc.model.kept_blocks import prune_config
 from jtc.model.sources import shareable_source
+from jtc.pruning import rotate
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
 from jtc.pruning.export_inputs import export_problem
-from jtc.pruning.map_file import read_replaceme_map
+from jtc.pruning.map_file import load_span_map
 
-VARIANTS = ("replaceme", "drop")
+VARIANTS = ("replaceme", "drop", "rotation")
+FOLDED = ("replaceme", "rotation")  # the variants whose map is folded (the others: none)
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
 DESCRIPTION = "pruning.json"
 # names of an MLP's final linear layer, tried in this order (then its last linear child)
@@ -199,8 +205,9 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
     return None
 
 
-def transform_problem(transform: np.ndarray, width: int) -> str | None:
-    """Why `transform` is not a (width, width) matrix of finite values, else None."""
+def transform_problem(transform: np.ndarray, width: int, variant: str = "replaceme") -> str | None:
+    """Why `transform` is not a (width, width) matrix of finite values (for rotation: a positive
+    multiple of an orthogonal one), else None."""
     weight = np.asarray(transform)
     if weight.shape != (width, width):
         return (
@@ -209,6 +216,20 @@ def transform_problem(transform: np.ndarray, width: int) -> str | None:
         )
     if not np.isfinite(weight).all():
         return "the transform has non-finite values (NaN or inf)"
+    if variant == "rotation":
+        try:
+            rotate.split_rotation(weight)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
+def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str) -> str | None:
+    """Why `variant`'s map cannot be folded into this model at `start` (drop: never)."""
+    if variant == "replaceme":
+        return fold_problem(model, adapter, start)
+    if variant == "rotation":
+        return rotate.rotation_problem(model, adapter, start)
     return None
 
 
@@ -218,14 +239,19 @@ def prune_blocks(
     start: int,
     length: int,
     transform: np.ndarray | None,
+    variant: str | None = None,
 ) -> None:
     """Remove blocks start+1..start+length (1-based) of `model` in place, folding `transform`
     (weight (d, d), new MLP output X @ weight.T; None: drop the blocks) into block `start`'s MLP
-    final linear layer. The config follows (num_hidden_layers, per-layer lists such as
-    layer_types) and the attention modules' layer_idx are renumbered for generate's KV cache."""
+    final linear layer; with `variant` 'rotation', `transform` is the rotation's (s·Q)ᵀ, folded
+    into the embeddings and blocks 1..start (jtc.pruning.rotate). The config follows
+    (num_hidden_layers, per-layer lists such as layer_types) and the attention modules'
+    layer_idx are renumbered for generate's KV cache."""
     blocks = adapter.blocks(model)
     num_layers = len(blocks)
-    variant = "drop" if transform is None else "replaceme"
+    variant = variant or ("drop" if transform is None else "replaceme")
+    if (variant in FOLDED) != (transform is not None):
+        raise ValueError(f"variant '{variant}' and its transform (or none) do not agree")
     problem = span_problem(num_layers, start, length, variant)
     if problem:
         raise ValueError(problem)
@@ -236,7 +262,12 @@ def prune_blocks(
             "attention by its position, so the blocks after the span would change when "
             "renumbered: prune only the last blocks (start + length = num_layers)"
         )
-    if transform is not None:
+    if variant == "rotation":
+        problem = transform_problem(transform, int(config.hidden_size), variant)
+        if problem:
+            raise ValueError(problem)
+        rotate.fold_rotation(model, adapter, start, *rotate.split_rotation(transform))
+    elif transform is not None:
         found = _final_linear(model, adapter, start)
         if isinstance(found, str):
             raise UnsupportedArchitecture(found)
@@ -267,18 +298,18 @@ def export(
     force: bool = False,
     caveat: str | None = None,
 ) -> Path:
-    """write_pruned, for replaceme with the span's transform read from the maps file `maps`
-    (which pruning.json names); drop reads no maps. A model folder that is no jtc model cache,
-    or a maps file that is no span maps file or was fitted on another model than `model_dir`'s,
-    is refused as the wrong input (jtc.pruning.export_inputs)."""
+    """write_pruned, for replaceme and rotation with the span's map read from the maps file
+    `maps` (which pruning.json names); drop reads no maps. A model folder that is no jtc model
+    cache, or a maps file that is no span maps file or was fitted on another model than
+    `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
     transform, source = None, None
-    uses = maps if variant == "replaceme" else None  # without: write_pruned says it needs one
+    uses = maps if variant in FOLDED else None  # without: write_pruned says it needs one
     problem = export_problem(model_dir, uses)
     if problem:
         raise ValueError(problem)
     if uses is not None:
-        transform = read_replaceme_map(maps, start, length)
-        source = f"{maps}: replaceme, start {start}, length {length}"
+        transform = load_span_map(maps, variant, start, length).tensors["weight"]
+        source = f"{maps}: {variant}, start {start}, length {length}"
     return write_pruned(
         model_dir,
         out,
@@ -307,7 +338,8 @@ def write_pruned(
     """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
     removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
     tokenizer and pruning.json. `variant` 'replaceme' folds `transform` (weight (d, d), new MLP
-    output X @ weight.T) into block `start`'s MLP; 'drop' takes none. The folder is written
+    output X @ weight.T) into block `start`'s MLP; 'rotation' folds `transform` = (s·Q)ᵀ into the
+    embeddings and blocks 1..start; 'drop' takes none. The folder is written
     beside `out` and renamed into place once it loads with plain transformers and reproduces the
     hooked pruned model's logits; `transform_source` says in pruning.json where `transform`
     came from, `caveat` what the span's choice is worth (jtc.pruning.spans.exported_caveat:
@@ -323,11 +355,11 @@ def write_pruned(
     out = Path(out)
     if variant not in VARIANTS:
         raise ValueError(f"variant '{variant}' is not one of {', '.join(VARIANTS)}")
-    if (variant == "replaceme") != (transform is not None):
+    if (variant in FOLDED) != (transform is not None):
         raise ValueError(
-            "variant 'replaceme' needs a transform (--maps FILE)"
+            f"variant '{variant}' needs a transform (--maps FILE)"
             if transform is None
-            else "variant 'drop' takes no transform (--maps is for --variant replaceme)"
+            else "variant 'drop' takes no transform (--maps is for --variant replaceme, rotation)"
         )
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(
@@ -349,21 +381,28 @@ def write_pruned(
     problem = span_problem(num_layers, start, length, variant)
     if problem is None and transform is not None:
         width = int(model.config.get_text_config().hidden_size)
-        problem = transform_problem(transform, width) or fold_problem(model, adapter, start)
+        problem = transform_problem(transform, width, variant) or variant_problem(
+            model, adapter, start, variant
+        )
     if problem:
         raise ValueError(f"{name}: {problem}")
     batch = check_batch(model)
-    reference = hooked_logits(model, adapter, start, length, transform, batch)
+    reference = hooked_logits(model, adapter, start, length, transform, batch, variant)
     before = sum(p.numel() for p in model.parameters())
-    found = None if transform is None else _final_linear(model, adapter, start)
-    folded = found[0] if isinstance(found, tuple) else None
-    prune_blocks(model, adapter, start, length, transform)
+    found = _final_linear(model, adapter, start) if variant == "replaceme" else None
+    folded = f"block {start}: {found[0]}" if isinstance(found, tuple) else None
+    if variant == "rotation":
+        folded = rotate.FOLDED_INTO.format(start=start)
+    prune_blocks(model, adapter, start, length, transform, variant)
     after = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         pruned = model(**batch, use_cache=False).logits.float()
     check = {"tokens": int(batch["input_ids"].numel())}
-    check["fold_error_relative"] = check_fold(pruned, reference, dtype)
+    if variant == "rotation":  # exact but for RMSNorm's epsilon (jtc.pruning.rotate)
+        check.update(rotate.check_rotation_fold(model, adapter, start, transform, batch, reference))
+    else:
+        check["fold_error_relative"] = check_fold(pruned, reference, dtype)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -385,12 +424,14 @@ def write_pruned(
             "num_layers_after": num_layers - length,
             "parameters_before": before,
             "parameters_after": after,
-            "folded_into": None if folded is None else f"block {start}: {folded}",
+            "folded_into": folded,
             "transform_source": transform_source,
             "caveat": caveat,
             "convention": (
                 "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "
-                "X @ weight.T, folded into its final linear layer; blocks_removed are gone"
+                "X @ weight.T, folded into its final linear layer; rotation: h_start becomes "
+                "h_start @ weight.T = s·h_start Q, folded into the embeddings and blocks "
+                "1..start; blocks_removed are gone"
             ),
             "check": check,
             "versions": {

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from jtc.model.adapters import Adapter, lookup
+from jtc.model.hooks import hidden_input
 from jtc.model.kept_blocks import running_only
 
 CHECK_TOKENS = (2, 7)  # the random batch an export is checked on: sequences x tokens
@@ -38,13 +39,27 @@ def hooked_logits(
     length: int,
     transform: np.ndarray | None,
     batch: dict[str, torch.Tensor],
+    variant: str = "replaceme",
 ) -> torch.Tensor:
     """The logits of the pruned model computed on the unpruned one, with hooks: block `start`'s
-    MLP output times the transform, blocks start+1..start+length skipped (and the config's
-    per-layer settings those of the blocks kept)."""
+    MLP output times the transform (rotation: what reads h_{start+length}, the next block or the
+    final norm, reads h_start @ transform.T instead), blocks start+1..start+length skipped (and
+    the config's per-layer settings those of the blocks kept)."""
     blocks = adapter.blocks(model)
     handle = None
-    if transform is not None:
+    if transform is not None and variant == "rotation":
+        end = start + length
+        reader = blocks[end] if end < len(blocks) else adapter.final_norm(model)
+        device = next(reader.parameters()).device
+        w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
+
+        def rotated(_module, args, kwargs):
+            h = hidden_input(args, kwargs)
+            new = (h.double() @ w.T).to(h.dtype)
+            return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
+        handle = reader.register_forward_pre_hook(rotated, with_kwargs=True)
+    elif transform is not None:
         mlp = lookup(blocks[start - 1], adapter.part("ffn").input_path)
         device = next(mlp.parameters()).device
         w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)

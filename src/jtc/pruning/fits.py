@@ -12,12 +12,18 @@ Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the emb
     replaceme  h_{i+n} := r_i + X_i T, X_i block i's feed-forward output before its residual add
                and r_i = h_i - X_i the stream it is added to (ReplaceMe); T folds into block
                i's last feed-forward linear layer, so the pruned model is a standard checkpoint
+    rotation   h_{i+n} := s·h_i Q, Q orthogonal and s > 0: the orthogonal Procrustes solution
+               Q = U Vᵀ of Σ h_iᵀh_{i+n} = U Σ Vᵀ, s = tr(QᵀC)/tr(G) (C = Σ h_iᵀh_{i+n},
+               G = Σ h_iᵀh_i, tr(G) = Σ ||h_i||²); in a pre-norm RMSNorm model it folds exactly
+               into the embeddings and blocks 1..i (jtc.pruning.rotate)
 
-Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ or Tᵀ; low_rank's
+Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ, Tᵀ or (s·Q)ᵀ
+(rotation: s = ||weight||_F / √d, Q = weightᵀ / s); low_rank's
 `down.weight` = Bᵀ (r, d) and `up.weight` = Cᵀ (d, r) predict the difference, added to h_i.
 
 `ridge` α >= 0 regularises the closed-form fits (mat, replaceme, low_rank) relative to the
 Gram's scale: they solve (G + α·(tr(G)/d)·I) W = C instead of G W = C (α = 0: least squares).
+rotation has nothing to regularise (Q is orthogonal whatever the sums) and ignores it.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ class SpanGrams:
     @property
     def width(self) -> int | None:
         """The width of the states summed (None before any d × d sum)."""
-        for grams in (self.state_grams, self.ffn_grams):
+        for grams in (self.state_grams, self.ffn_grams, self.state_cross):
             for gram in grams.values():
                 return int(gram.shape[0])
         return None
@@ -167,14 +173,32 @@ def fit_span(
         )
         error = _squared_error(zz, t, cross, gram)
         return SpanFit(variant, start, length, {"weight": t.T}, solver, max(error, 0.0) / yy)
+    if variant == "rotation":
+        tensors, error = procrustes(grams.state_cross[i, j], float(grams.squares[i]), yy)
+        return SpanFit(variant, start, length, tensors, "svd", max(error, 0.0) / yy)
     raise ValueError(f"unknown pruning variant '{variant}'; known: {', '.join(VARIANTS)}")
+
+
+def procrustes(cross: np.ndarray, xx: float, yy: float) -> tuple[dict[str, np.ndarray], float]:
+    """({"weight": (s·Q)ᵀ}, ||Y - s·X Q||²) of the scaled orthogonal Procrustes fit of Y on X
+    from C = XᵀY, ||X||² = tr(XᵀX) and ||Y||²: Q = U Vᵀ with C = U Σ Vᵀ maximises tr(QᵀC) =
+    Σ σ over orthogonal Q, and s = tr(QᵀC)/||X||² minimises yy - 2 s tr(QᵀC) + s² xx, the
+    error then yy - s·tr(QᵀC). A zero C (or X) leaves Q = U Vᵀ of its SVD and s = 0."""
+    u, sigma, vt = np.linalg.svd(cross)
+    q = u @ vt
+    trace = float(sigma.sum())  # tr(QᵀC) = tr(V Uᵀ U Σ Vᵀ) = Σ σ
+    scale = trace / xx if xx > 0 else 0.0
+    return {"weight": (scale * q).T}, yy - scale * trace
 
 
 # selection statistics within this of the best value are tied (they are relative losses,
 # angles/π and influences, all dimensionless and O(1e-3..1)): a map fitted on fewer calibration
 # tokens than the width reproduces them, so every span's calibration loss is 0 up to rounding
 TIE = 1e-6
-LINEAR_VARIANTS = ("mat", "low_rank", "replaceme")  # the variants with a fitted map
+# the variants with a fitted map (rotation's d(d-1)/2 + 1 parameters are determined by fewer
+# tokens than least squares needs, but on fewer tokens than the width Σ h_iᵀh_{i+n} is singular
+# and Q is free on its null space: flagged like the others)
+LINEAR_VARIANTS = ("mat", "low_rank", "replaceme", "rotation")
 
 
 def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:

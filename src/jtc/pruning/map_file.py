@@ -32,12 +32,13 @@ class SpanMapWriter(_MapFileWriter):
     """Writes the span maps of depth pruning (jtc.pruning.fits): add(variant, start,
     length, tensors by part name). For replaceme the map applies to block `start`'s
     feed-forward output X: h_{start+length} = h_start - X + pred(X); low_rank's predicts the
-    difference: h_{start+length} = h_start + pred(h_start)."""
+    difference: h_{start+length} = h_start + pred(h_start); rotation's `weight` is (s·Q)ᵀ, Q
+    orthogonal: h_{start+length} = pred(h_start) = s·h_start Q (jtc.pruning.rotate splits it)."""
 
     format = SPAN_FORMAT
     convention = (
         "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i); "
-        "low_rank: h_(i+n) = h_i + pred(h_i)"
+        "low_rank: h_(i+n) = h_i + pred(h_i); rotation: weight = (s Q)^T, h_(i+n) = pred(h_i)"
     )
 
     def add(self, variant: str, start: int, length: int, tensors: Mapping[str, np.ndarray]) -> None:

@@ -5,7 +5,9 @@ transformers model with blocks start+1..start+length removed.
 - drop and replaceme are exactly the checkpoint `snakemake pruned` writes
   (jtc.pruning.checkpoint.prune_blocks on a copy: replaceme's transform folded into block
   start's MLP);
-- mat and low_rank act on the residual stream, which no weight owns: the blocks are removed the
+- mat, low_rank and rotation act on the residual stream, which no weight owns (rotation folds
+  into the blocks before the span in the exported checkpoint, jtc.pruning.rotate; in memory it
+  is applied like mat, which it equals up to RMSNorm's epsilon): the blocks are removed the
   same way and a forward pre-hook on what reads h_{i+n} (the first block after the span, or the
   final norm when the span ends the model) replaces its input by the stand-in computed from h_i.
 
@@ -26,14 +28,15 @@ from jtc.pruning.checkpoint import prune_blocks
 from jtc.shortcuts.maps import ShortcutMap
 
 # the stand-ins that act on the residual stream h_i itself (applied by a hook, not folded)
-ON_THE_STREAM = ("mat", "low_rank")
+ON_THE_STREAM = ("mat", "low_rank", "rotation")
 
 
 def stand_in_state(
     variant: str, linear: nn.Module | None, h: torch.Tensor, x: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The state that stands in for h_{i+n}, from h_i (and for replaceme block i's MLP output
-    X_i): drop h_i; mat A h_i; low_rank h_i + low-rank(h_i); replaceme r_i + X_i T with
+    X_i): drop h_i; mat A h_i (rotation s·h_i Q, the same with A = s·Q); low_rank
+    h_i + low-rank(h_i); replaceme r_i + X_i T with
     r_i = h_i - X_i. `linear` is the variant's map as a torch module (None for drop)."""
     if linear is None:
         return h

@@ -14,7 +14,7 @@ from typing import Any
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
 from jtc.settings import ExportSettings
 
-VARIANTS = ("drop", "mat", "replaceme", "low_rank")
+VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation")
 # variants no longer offered: why, and what to list instead
 REPLACED_VARIANTS = {
     "rrr": (
@@ -184,7 +184,7 @@ class StatisticsPlan:
 
     pairs: tuple[tuple[int, int], ...]  # (i, j) with scalar sums: every span, every block
     state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, low_rank)
-    state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n}
+    state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n} (and rotation)
     ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (replaceme)
     ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
 
@@ -198,12 +198,14 @@ class StatisticsPlan:
             if v in variants
             for i, n in spans(num_layers, lengths, v)
         ]
+        # rotation needs Σ h_iᵀh_{i+n} only (tr Σ h_iᵀh_i = Σ ||h_i||² is a scalar sum)
+        rotation = spans(num_layers, lengths, "rotation") if "rotation" in variants else []
         ffn = [(i, i + n) for i, n in spans(num_layers, lengths, "replaceme")]
         ffn = ffn if "replaceme" in variants else []
         return cls(
             pairs=tuple(sorted(blocks | every)),
             state_sources=tuple(sorted({i for i, _ in linear})),
-            state_pairs=tuple(sorted(set(linear))),
+            state_pairs=tuple(sorted(set(linear) | {(i, i + n) for i, n in rotation})),
             ffn_blocks=tuple(sorted({i for i, _ in ffn})),
             ffn_pairs=tuple(sorted(set(ffn))),
         )
