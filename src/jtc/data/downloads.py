@@ -6,7 +6,6 @@ on a checksum mismatch, the download set aside as `<dest>.rejected` for inspecti
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import urllib.error
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from jtc.data import sources
 from jtc.data.corpus import CorpusError
+from jtc.files.digests import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +22,6 @@ log = logging.getLogger(__name__)
 # server is given up on after this long without a byte); corpora.NAME.timeout
 DOWNLOAD_TIMEOUT = 60.0
 _BLOCK = 1 << 20
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -110,7 +102,7 @@ def download(
         if isinstance(exc, (OSError, http.client.HTTPException)):
             raise CorpusError(_failure(url, exc, received, wait, key)) from exc
         raise
-    digest = sha256_of(part)
+    digest = file_sha256(part)
     rejected = dest.with_name(dest.name + ".rejected")
     if sha256 is not None and digest.lower() != sha256.lower():
         part.replace(rejected)
