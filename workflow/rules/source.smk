@@ -24,8 +24,5 @@ def install_command():
         url = f"https://{source.host}/{source.repo}"
     elif getattr(source, "repo_path", None):
         url = f"file://{os.path.abspath(source.repo_path)}"
-    ref = getattr(source, "tag", None) or getattr(source, "commit", None)
-    ref = (
-        ref or getattr(source, "branch", None) or getattr(source, "_ref", None) or "TAG"
-    )
+    ref = getattr(source, "ref", None) or "TAG"  # its tag, commit or branch
     return f'pip install "jtc @ git+{url}@{ref}"'
