@@ -25,8 +25,9 @@ from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning import checkpoint
-from jtc.pruning.checkpoint import export, fold_problem, prune_blocks, write_pruned
+from jtc.pruning.checkpoint import export, prune_blocks, write_pruned
 from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
+from jtc.pruning.mlp_fold import fold_problem
 from jtc.shortcuts.maps import save_maps
 
 KINDS = ["llama", "qwen2", "gpt2"]
