@@ -63,7 +63,8 @@ def _prune_parser(commands, defaults) -> None:
     text = (
         "write a causal LM with blocks I+1..I+N removed (drop), or replaced by a linear "
         "transform folded into block I's MLP (replaceme) or a scaled rotation folded into the "
-        "embeddings and blocks 1..I (rotation), as a standard checkpoint"
+        "embeddings and blocks 1..I (rotation), or both (rotation_replaceme), as a standard "
+        "checkpoint"
     )
     sub = commands.add_parser("prune", help=text, description=text, formatter_class=defaults)
     sub.add_argument(
@@ -79,17 +80,19 @@ def _prune_parser(commands, defaults) -> None:
         metavar="I",
         help="the last block kept before the span (blocks are 1..L; 0: the span starts at the "
         "first block: drop and rotation only); replaceme folds its transform into this block's "
-        "MLP, rotation into the embeddings and blocks 1..I",
+        "MLP, rotation into the embeddings and blocks 1..I, rotation_replaceme both",
     )
     sub.add_argument(
         "--length", type=int, required=True, metavar="N", help="the number of blocks removed"
     )
-    sub.add_argument("--variant", choices=["replaceme", "drop", "rotation"], required=True)
+    sub.add_argument(
+        "--variant", choices=["replaceme", "drop", "rotation", "rotation_replaceme"], required=True
+    )
     sub.add_argument(
         "--maps",
         help="the workflow's maps file of this model (results/pruning/MODEL/CORPUS/"
-        "maps.safetensors), with VARIANT.start_I.length_N.weight; for --variant replaceme and "
-        "rotation (a file fitted on another model is refused)",
+        "maps.safetensors), with VARIANT.start_I.length_N.weight; for every --variant but drop "
+        "(a file fitted on another model is refused)",
     )
     sub.add_argument("--out", required=True, help="folder to write, new or empty")
     sub.add_argument("--force", action="store_true", help="replace --out even if it holds files")
@@ -100,7 +103,7 @@ def _prune(args: argparse.Namespace) -> int:
     from jtc.pruning.export_inputs import export_problem
 
     try:
-        if args.variant in ("replaceme", "rotation") and not args.maps:
+        if args.variant != "drop" and not args.maps:
             raise ValueError(f"--variant {args.variant} needs --maps FILE (the fitted maps)")
         if args.variant == "drop" and args.maps:
             raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")

@@ -183,6 +183,8 @@ class CalibrationSettings(Settings):
     ridge: float
     """Relative ridge α of the closed-form fits (mat, replaceme, low_rank): they solve
     (G + α·(tr(G)/d)·I) W = C; 0: plain least squares."""
+    skip_first_token: bool
+    """Leave each calibration sentence's first token out of the sums (maps and selection)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -214,8 +214,9 @@ def score_runs(model, adapter, inputs, runs, maps):
     the map's tensors}."""
 
     def span_map(run):
-        tensors = maps.get((run.variant, run.start, run.length))
-        return None if tensors is None else ShortcutMap(tensors)
+        tensors = dict(maps.get((run.variant, run.start, run.length)) or {})
+        rotation = tensors.pop("rotation", None)  # rotation_replaceme's second part
+        return (ShortcutMap(tensors) if tensors else None), rotation
 
     head = Head.from_model(model, adapter)
     ids = np.arange(len(inputs))

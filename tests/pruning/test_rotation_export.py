@@ -152,7 +152,7 @@ def test_export_reproduces_the_hooked_rotation(kind, tied, start, length, cached
     adapter = find_adapter(original, "causal")
     batch = ids()
     weight = (SCALE * rotation(seed=start * 10 + length)).T
-    want = hooked_logits(original, adapter, start, length, weight, dict(batch), "rotation")
+    want = hooked_logits(original, adapter, start, length, None, dict(batch), weight)
     with torch.no_grad():
         got = pruned(**batch, use_cache=False).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-4
@@ -181,12 +181,12 @@ def test_layer_norm_and_post_norm_models_are_refused(kind, words, cached, tmp_pa
     refused = rf"architecture '{kind}'.*{re.escape(words)}.*--variant drop"
     with pytest.raises(ValueError, match=refused):
         write_pruned(
-            cached(kind), tmp_path / "out", start=2, length=2, variant="rotation", transform=weight
+            cached(kind), tmp_path / "out", start=2, length=2, variant="rotation", rotation=weight
         )
     assert not (tmp_path / "out").exists()
     m, adapter = make(kind)
     with pytest.raises(ValueError, match=re.escape(words)):
-        prune_blocks(m, adapter, 2, 2, weight, "rotation")
+        prune_blocks(m, adapter, 2, 2, None, "rotation", weight)
     assert len(adapter.blocks(m)) == LAYERS  # nothing changed
 
 
@@ -199,7 +199,7 @@ def test_a_map_that_is_no_rotation_is_refused(cached, tmp_path):
             start=2,
             length=2,
             variant="rotation",
-            transform=weight,
+            rotation=weight,
         )
     with pytest.raises(ValueError, match="'rotation' needs a transform"):
         write_pruned(cached("llama"), tmp_path / "out", start=2, length=2, variant="rotation")
@@ -218,7 +218,7 @@ def test_the_fitted_rotation_run_in_memory_is_the_exported_one(kind, tied):
     fit = fit_span(grams, "rotation", 2, 2, rank=1)
     hooked = pruned_copy(m, adapter, "rotation", 2, 2, ShortcutMap(fit.tensors))
     folded = copy.deepcopy(m)
-    prune_blocks(folded, adapter, 2, 2, fit.tensors["weight"], "rotation")
+    prune_blocks(folded, adapter, 2, 2, None, "rotation", fit.tensors["weight"])
     with torch.no_grad():
         want = hooked(**ids(), use_cache=False).logits
         got = folded(**ids(), use_cache=False).logits
@@ -255,7 +255,7 @@ def test_the_epsilon_share_is_measured_and_a_large_one_refused(eps, scale, writt
     TOKENIZER.save_pretrained(tmp_path / "src")
     cache_model("llama", {"source": str(tmp_path / "src")}, tmp_path / "m")
     weight = (scale * rotation()).T
-    span = {"start": 2, "length": 2, "variant": "rotation", "transform": weight}
+    span = {"start": 2, "length": 2, "variant": "rotation", "rotation": weight}
     if not written:
         with pytest.raises(RuntimeError, match="folds exactly but for RMSNorm's epsilon"):
             write_pruned(tmp_path / "m", tmp_path / "out", **span)
@@ -292,7 +292,7 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
         start=start,
         length=length,
         variant="rotation",
-        transform=weight,
+        rotation=weight,
     )
     done = json.loads((out / "pruning.json").read_text())
     assert done["check"]["fold_error_relative"] < 1e-4
@@ -302,7 +302,7 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
     pruned = AutoModelForCausalLM.from_pretrained(out).eval()
     assert pruned.config.num_hidden_layers == info["num_layers"] - length
     batch = tokenizer(["The river flows into the sea, and the city"], return_tensors="pt")
-    want = hooked_logits(original, adapter, start, length, weight, dict(batch), "rotation")
+    want = hooked_logits(original, adapter, start, length, None, dict(batch), weight)
     with torch.no_grad():
         got = pruned(**batch, use_cache=False).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-2

@@ -1,8 +1,8 @@
 # Depth pruning with linear shortcuts (docs/method.md): remove n consecutive blocks and stand in
-# for them (drop, mat, replaceme, low_rank, rotation). One calibrate_pruning job per (model,
-# corpus) sums what every span needs over every token of the calibration sentences, fits every
-# span's maps and chooses a span per length and selection rule; one run_pruned job runs every
-# span on the evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`
+# for them (drop, mat, replaceme, low_rank, rotation, rotation_replaceme). One calibrate_pruning
+# job per (model, corpus) sums what every span needs over every token of the calibration
+# sentences, fits every span's maps and chooses a span per length and selection rule; one
+# run_pruned job runs every span on the evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`
 # writes the chosen pruned model as a Hugging Face folder (and checks each one it hands over).
 
 from jtc.files.stamps import verify_folders

@@ -13,7 +13,7 @@ import pyarrow as pa
 from torch import nn
 
 from jtc.model.adapters import Adapter
-from jtc.pruning.map_file import load_span_map
+from jtc.pruning.map_file import load_stand_in
 from jtc.pruning.pruned import pruned_copy
 
 FULL = "full"
@@ -68,10 +68,8 @@ def subject_model(
     span's map read from the span maps file `maps` (model is not changed)."""
     if subject.variant == FULL:
         return model
-    span_map = None
-    if subject.variant != "drop":
-        span_map = load_span_map(maps, subject.variant, subject.start, subject.length)
-    return pruned_copy(model, adapter, subject.variant, subject.start, subject.length, span_map)
+    stand_in = load_stand_in(maps, subject.variant, subject.start, subject.length)
+    return pruned_copy(model, adapter, subject.variant, subject.start, subject.length, *stand_in)
 
 
 def subject_columns(subject: Subject) -> dict[str, object]:

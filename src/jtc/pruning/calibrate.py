@@ -85,7 +85,15 @@ def calibrate(
         plan.matrices(),
         plan.matrices() * width * width * 8 / 1e9,
     )
-    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad_token_id(tokenizer))
+    grams = span_statistics(
+        net,
+        adapter,
+        inputs,
+        plan,
+        batch_size,
+        pad_token_id(tokenizer),
+        skip_first_token=settings.skip_first_token,
+    )
     rank = settings.rank or default_rank(width)
     fits = [
         fit_span(grams, variant, start, n, rank, settings.ridge)
@@ -104,6 +112,7 @@ def calibrate(
             "calibration_tokens": grams.tokens,
             "rank": rank,
             "ridge": settings.ridge,
+            "skip_first_token": settings.skip_first_token,
         },
         calibration=calibration_table(grams, fits, settings.ridge, width),
         selection=selection_table(chosen, num_layers, grams.tokens, width),

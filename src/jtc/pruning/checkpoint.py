@@ -18,6 +18,8 @@ it from there, for `jtc prune` and the export_pruned stage.
 `rotation` folds a scaled rotation h_{i+n} := s·h_i Q (its map `rotation.start_{i}.length_{n}
 .weight` = (s·Q)ᵀ in the maps file) into the embeddings and blocks 1..i of a pre-norm RMSNorm
 model (jtc.pruning.rotate), and removes the span: the same architecture again.
+`rotation_replaceme` folds both: its transform (`weight`) into block i's MLP first, then its
+rotation (part `rotation`) into the embeddings and blocks 1..i.
 
 `write_pruned` checks what it writes before it puts the folder in place
 (jtc.pruning.export_check).
@@ -38,11 +40,12 @@ from jtc.model.sources import shareable_source
 from jtc.pruning import rotate
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
 from jtc.pruning.export_inputs import export_problem
-from jtc.pruning.map_file import load_span_map
+from jtc.pruning.map_file import load_stand_in
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
+from jtc.pruning.spans import MLP_FOLDED, ROTATED
 
-VARIANTS = ("replaceme", "drop", "rotation")
-FOLDED = ("replaceme", "rotation")  # the variants whose map is folded (the others: none)
+VARIANTS = ("replaceme", "drop", "rotation", "rotation_replaceme")
+FOLDED = ("replaceme", "rotation", "rotation_replaceme")  # a map folded (the others: none)
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
 DESCRIPTION = "pruning.json"
 
@@ -66,7 +69,7 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
             f"{span}: blocks {start + 1}..{start + length} run past the model's {num_layers} "
             f"blocks (start + length ≤ {num_layers})"
         )
-    if variant == "replaceme" and start < 1:
+    if variant in MLP_FOLDED and start < 1:
         return (
             f"{span}: ReplaceMe folds its transform into block {start}'s MLP, and block 0 is "
             "the embeddings: start must be 1 or more (or use --variant drop)"
@@ -75,8 +78,8 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
 
 
 def transform_problem(transform: np.ndarray, width: int, variant: str = "replaceme") -> str | None:
-    """Why `transform` is not a (width, width) matrix of finite values (for rotation: a positive
-    multiple of an orthogonal one), else None."""
+    """Why `transform` is not a (width, width) matrix of finite values (with `variant` 'rotation':
+    a positive multiple of an orthogonal one), else None."""
     weight = np.asarray(transform)
     if weight.shape != (width, width):
         return (
@@ -95,10 +98,27 @@ def transform_problem(transform: np.ndarray, width: int, variant: str = "replace
 
 def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str) -> str | None:
     """Why `variant`'s map cannot be folded into this model at `start` (drop: never)."""
-    if variant == "replaceme":
-        return fold_problem(model, adapter, start)
-    if variant == "rotation":
-        return rotate.rotation_problem(model, adapter, start)
+    problem = fold_problem(model, adapter, start) if variant in MLP_FOLDED else None
+    if problem is None and variant in ROTATED:
+        problem = rotate.rotation_problem(model, adapter, start)
+    return problem
+
+
+def folded_problem(
+    transform: np.ndarray | None, rotation: np.ndarray | None, width: int, variant: str
+) -> str | None:
+    """Why a variant's transform (MLP_FOLDED) and rotation (ROTATED) are missing, unexpected or
+    malformed, else None."""
+    for name, value, wanted in (
+        ("transform", transform, variant in MLP_FOLDED),
+        ("rotation", rotation, variant in ROTATED),
+    ):
+        if (value is not None) != wanted:
+            return f"variant '{variant}' and its {name} (or none) do not agree"
+        if value is not None:
+            problem = transform_problem(value, width, name)
+            if problem:
+                return f"its {name}: {problem}" if variant == "rotation_replaceme" else problem
     return None
 
 
@@ -109,41 +129,40 @@ def prune_blocks(
     length: int,
     transform: np.ndarray | None,
     variant: str | None = None,
+    rotation: np.ndarray | None = None,
 ) -> None:
     """Remove blocks start+1..start+length (1-based) of `model` in place, folding `transform`
-    (weight (d, d), new MLP output X @ weight.T; None: drop the blocks) into block `start`'s MLP
-    final linear layer; with `variant` 'rotation', `transform` is the rotation's (s·Q)ᵀ, folded
-    into the embeddings and blocks 1..start (jtc.pruning.rotate). The config follows
-    (num_hidden_layers, per-layer lists such as layer_types) and the attention modules'
-    layer_idx are renumbered for generate's KV cache."""
+    (weight (d, d), new MLP output X @ weight.T; None: none) into block `start`'s MLP final
+    linear layer (replaceme, rotation_replaceme), then `rotation` (s·Q)ᵀ into the embeddings and
+    blocks 1..start (rotation, rotation_replaceme; jtc.pruning.rotate). Without `variant`: drop,
+    or replaceme with a transform. The config follows (num_hidden_layers, per-layer lists such
+    as layer_types) and the attention modules' layer_idx are renumbered for generate's KV
+    cache. Everything is checked before anything changes."""
     blocks = adapter.blocks(model)
     num_layers = len(blocks)
     variant = variant or ("drop" if transform is None else "replaceme")
-    if (variant in FOLDED) != (transform is not None):
-        raise ValueError(f"variant '{variant}' and its transform (or none) do not agree")
-    problem = span_problem(num_layers, start, length, variant)
+    config = model.config.get_text_config()
+    problem = span_problem(num_layers, start, length, variant) or folded_problem(
+        transform, rotation, int(config.hidden_size), variant
+    )
     if problem:
         raise ValueError(problem)
-    config = model.config.get_text_config()
     if getattr(config, "scale_attn_by_inverse_layer_idx", False) and start + length < num_layers:
         raise ValueError(
             f"architecture '{adapter.name}': scale_attn_by_inverse_layer_idx scales each block's "
             "attention by its position, so the blocks after the span would change when "
             "renumbered: prune only the last blocks (start + length = num_layers)"
         )
-    if variant == "rotation":
-        problem = transform_problem(transform, int(config.hidden_size), variant)
-        if problem:
-            raise ValueError(problem)
-        rotate.fold_rotation(model, adapter, start, *rotate.split_rotation(transform))
-    elif transform is not None:
-        found = final_linear(model, adapter, start)
-        if isinstance(found, str):
-            raise UnsupportedArchitecture(found)
-        problem = transform_problem(transform, int(config.hidden_size))
-        if problem:
-            raise ValueError(problem)
+    found = final_linear(model, adapter, start) if transform is not None else None
+    if isinstance(found, str):
+        raise UnsupportedArchitecture(found)
+    problem = rotate.rotation_problem(model, adapter, start) if rotation is not None else None
+    if problem:
+        raise ValueError(problem)
+    if found is not None:
         fold_transform(found[1], transform)
+    if rotation is not None:
+        rotate.fold_rotation(model, adapter, start, *rotate.split_rotation(rotation))
     kept = [b for b in range(num_layers) if not start <= b < start + length]
     del blocks[start : start + length]  # ModuleList renumbers the blocks that follow
     prune_config(config, kept, num_layers)
@@ -167,17 +186,20 @@ def export(
     force: bool = False,
     caveat: str | None = None,
 ) -> Path:
-    """write_pruned, for replaceme and rotation with the span's map read from the maps file
-    `maps` (which pruning.json names); drop reads no maps. A model folder that is no jtc model
-    cache, or a maps file that is no span maps file or was fitted on another model than
-    `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
-    transform, source = None, None
+    """write_pruned, for replaceme, rotation and rotation_replaceme with the span's map read from
+    the maps file `maps` (which pruning.json names); drop reads no maps. A model folder that is
+    no jtc model cache, or a maps file that is no span maps file or was fitted on another model
+    than `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
+    transform, rotation, source = None, None, None
     uses = maps if variant in FOLDED else None  # without: write_pruned says it needs one
     problem = export_problem(model_dir, uses)
     if problem:
         raise ValueError(problem)
     if uses is not None:
-        transform = load_span_map(maps, variant, start, length).tensors["weight"]
+        span_map, rotation = load_stand_in(maps, variant, start, length)
+        weight = span_map.tensors["weight"]  # rotation's own (s·Q)ᵀ, else ReplaceMe's Tᵀ
+        transform = weight if variant in MLP_FOLDED else None
+        rotation = weight if variant == "rotation" else rotation
         source = f"{maps}: {variant}, start {start}, length {length}"
     return write_pruned(
         model_dir,
@@ -186,6 +208,7 @@ def export(
         length=length,
         variant=variant,
         transform=transform,
+        rotation=rotation,
         force=force,
         transform_source=source,
         caveat=caveat,
@@ -203,16 +226,18 @@ def write_pruned(
     force: bool = False,
     transform_source: str | None = None,
     caveat: str | None = None,
+    rotation: np.ndarray | None = None,
 ) -> Path:
     """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
     removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
     tokenizer and pruning.json. `variant` 'replaceme' folds `transform` (weight (d, d), new MLP
-    output X @ weight.T) into block `start`'s MLP; 'rotation' folds `transform` = (s·Q)ᵀ into the
-    embeddings and blocks 1..start; 'drop' takes none. The folder is written
-    beside `out` and renamed into place once it loads with plain transformers and reproduces the
-    hooked pruned model's logits; `transform_source` says in pruning.json where `transform`
-    came from, `caveat` what the span's choice is worth (jtc.pruning.spans.exported_caveat:
-    an underdetermined map, a tie), null when nothing is to be said."""
+    output X @ weight.T) into block `start`'s MLP; 'rotation' folds `rotation` = (s·Q)ᵀ into the
+    embeddings and blocks 1..start; 'rotation_replaceme' both; 'drop' takes neither. The folder
+    is written beside `out` and renamed into place once it loads with plain transformers and
+    reproduces the hooked pruned model's logits; `transform_source` says in pruning.json where
+    the map came from, `caveat` what the span's choice is worth
+    (jtc.pruning.spans.exported_caveat: an underdetermined map, a tie), null when nothing is to
+    be said."""
     import transformers
 
     from jtc import __version__
@@ -224,11 +249,13 @@ def write_pruned(
     out = Path(out)
     if variant not in VARIANTS:
         raise ValueError(f"variant '{variant}' is not one of {', '.join(VARIANTS)}")
-    if (variant in FOLDED) != (transform is not None):
+    given = transform is not None or rotation is not None
+    if (variant in FOLDED) != given:
         raise ValueError(
             f"variant '{variant}' needs a transform (--maps FILE)"
-            if transform is None
-            else "variant 'drop' takes no transform (--maps is for --variant replaceme, rotation)"
+            if not given
+            else "variant 'drop' takes no transform (--maps is for the variants with a map: "
+            f"{', '.join(FOLDED)})"
         )
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(
@@ -247,29 +274,29 @@ def write_pruned(
             "only"
         )
     num_layers = len(adapter.blocks(model))
+    width = int(model.config.get_text_config().hidden_size)
     problem = span_problem(num_layers, start, length, variant)
-    if problem is None and transform is not None:
-        width = int(model.config.get_text_config().hidden_size)
-        problem = transform_problem(transform, width, variant) or variant_problem(
+    if problem is None and given:
+        problem = folded_problem(transform, rotation, width, variant) or variant_problem(
             model, adapter, start, variant
         )
     if problem:
         raise ValueError(f"{name}: {problem}")
     batch = check_batch(model)
-    reference = hooked_logits(model, adapter, start, length, transform, batch, variant)
+    reference = hooked_logits(model, adapter, start, length, transform, batch, rotation)
     before = sum(p.numel() for p in model.parameters())
-    found = final_linear(model, adapter, start) if variant == "replaceme" else None
-    folded = f"block {start}: {found[0]}" if isinstance(found, tuple) else None
-    if variant == "rotation":
-        folded = rotate.FOLDED_INTO.format(start=start)
-    prune_blocks(model, adapter, start, length, transform, variant)
+    found = final_linear(model, adapter, start) if transform is not None else None
+    folded = [f"block {start}: {found[0]}"] if isinstance(found, tuple) else []
+    if rotation is not None:
+        folded.append(rotate.FOLDED_INTO.format(start=start))
+    prune_blocks(model, adapter, start, length, transform, variant, rotation)
     after = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         pruned = model(**batch, use_cache=False).logits.float()
     check = {"tokens": int(batch["input_ids"].numel())}
-    if variant == "rotation":  # exact but for RMSNorm's epsilon (jtc.pruning.rotate)
-        check.update(rotate.check_rotation_fold(model, adapter, start, transform, batch, reference))
+    if rotation is not None:  # exact but for RMSNorm's epsilon (jtc.pruning.rotate)
+        check.update(rotate.check_rotation_fold(model, adapter, start, rotation, batch, reference))
     else:
         check["fold_error_relative"] = check_fold(pruned, reference, dtype)
     with atomic_dir(out) as tmp:
@@ -293,14 +320,15 @@ def write_pruned(
             "num_layers_after": num_layers - length,
             "parameters_before": before,
             "parameters_after": after,
-            "folded_into": folded,
+            "folded_into": "; ".join(folded) or None,
             "transform_source": transform_source,
             "caveat": caveat,
             "convention": (
                 "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "
                 "X @ weight.T, folded into its final linear layer; rotation: h_start becomes "
                 "h_start @ weight.T = s·h_start Q, folded into the embeddings and blocks "
-                "1..start; blocks_removed are gone"
+                "1..start; rotation_replaceme: both, h_start becomes s·(r + X @ T) Q; "
+                "blocks_removed are gone"
             ),
             "check": check,
             "versions": {

@@ -39,38 +39,43 @@ def hooked_logits(
     length: int,
     transform: np.ndarray | None,
     batch: dict[str, torch.Tensor],
-    variant: str = "replaceme",
+    rotation: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The logits of the pruned model computed on the unpruned one, with hooks: block `start`'s
-    MLP output times the transform (rotation: what reads h_{start+length}, the next block or the
-    final norm, reads h_start @ transform.T instead), blocks start+1..start+length skipped (and
-    the config's per-layer settings those of the blocks kept)."""
+    MLP output times the transform (weight, X @ transform.T), what reads h_{start+length} (the
+    next block or the final norm) reads h @ rotation.T instead of h (rotation: (s·Q)ᵀ), blocks
+    start+1..start+length skipped (and the config's per-layer settings those of the blocks
+    kept)."""
     blocks = adapter.blocks(model)
-    handle = None
-    if transform is not None and variant == "rotation":
+    handles = []
+    if rotation is not None:
         end = start + length
         reader = blocks[end] if end < len(blocks) else adapter.final_norm(model)
-        device = next(reader.parameters()).device
-        w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
+        turn = _float64(rotation, next(reader.parameters()).device)
 
         def rotated(_module, args, kwargs):
             h = hidden_input(args, kwargs)
-            new = (h.double() @ w.T).to(h.dtype)
+            new = (h.double() @ turn.T).to(h.dtype)
             return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
 
-        handle = reader.register_forward_pre_hook(rotated, with_kwargs=True)
-    elif transform is not None:
+        handles.append(reader.register_forward_pre_hook(rotated, with_kwargs=True))
+    if transform is not None:
         mlp = lookup(blocks[start - 1], adapter.part("ffn").input_path)
-        device = next(mlp.parameters()).device
-        w = torch.as_tensor(np.asarray(transform), dtype=torch.float64, device=device)
-        handle = mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
+        w = _float64(transform, next(mlp.parameters()).device)
+        handles.append(
+            mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
+        )
     kept = [b for b in range(len(blocks)) if not start <= b < start + length]
     try:
         with torch.no_grad(), running_only(model, adapter, kept):
             return model(**batch, use_cache=False).logits.float()
     finally:
-        if handle is not None:
+        for handle in handles:
             handle.remove()
+
+
+def _float64(matrix: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(matrix), dtype=torch.float64, device=device)
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -16,9 +16,12 @@ Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the emb
                Q = U Vᵀ of Σ h_iᵀh_{i+n} = U Σ Vᵀ, s = tr(QᵀC)/tr(G) (C = Σ h_iᵀh_{i+n},
                G = Σ h_iᵀh_i, tr(G) = Σ ||h_i||²); in a pre-norm RMSNorm model it folds exactly
                into the embeddings and blocks 1..i (jtc.pruning.rotate)
+    rotation_replaceme  h_{i+n} := s·(r_i + X_i T) Q: both, the joint least squares in closed
+               form (jtc.pruning.joint); T folds as ReplaceMe's, s·Q as rotation's
 
 Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ, Tᵀ or (s·Q)ᵀ
-(rotation: s = ||weight||_F / √d, Q = weightᵀ / s); low_rank's
+(rotation: s = ||weight||_F / √d, Q = weightᵀ / s; rotation_replaceme: `weight` = Tᵀ and
+`rotation` = (s·Q)ᵀ); low_rank's
 `down.weight` = Bᵀ (r, d) and `up.weight` = Cᵀ (d, r) predict the difference, added to h_i.
 
 `ridge` α >= 0 regularises the closed-form fits (mat, replaceme, low_rank) relative to the
@@ -34,7 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from jtc.pruning.spans import NONCONTIGUOUS, VARIANTS
+from jtc.pruning.joint import fit_rotation_replaceme
+from jtc.pruning.spans import MLP_FOLDED, NONCONTIGUOUS, ROTATION_PART, VARIANTS
 from jtc.shortcuts.closed_form import cholesky_factor, reduced_rank_parts
 
 
@@ -156,9 +160,11 @@ def fit_span(
         error = _squared_error(drop_error, w, cross, gram)
         tensors = {"down.weight": down, "up.weight": up}
         return SpanFit(variant, start, length, tensors, solver, max(error, 0.0) / yy)
-    if variant == "replaceme":
+    if variant in MLP_FOLDED:
         if i < 1:
-            raise ValueError("replaceme needs start >= 1: block 0 (the embeddings) has no MLP")
+            raise ValueError(f"{variant} needs start >= 1: block 0 (the embeddings) has no MLP")
+        if variant == "rotation_replaceme":
+            return _joint_fit(grams, start, length, ridge)
         gram = grams.ffn_grams[i]
         # the target is Z = h_j - r_i = h_j - h_i + X_i
         cross = grams.ffn_cross[i, j] - grams.ffn_own[i] + gram
@@ -177,6 +183,25 @@ def fit_span(
         tensors, error = procrustes(grams.state_cross[i, j], float(grams.squares[i]), yy)
         return SpanFit(variant, start, length, tensors, "svd", max(error, 0.0) / yy)
     raise ValueError(f"unknown pruning variant '{variant}'; known: {', '.join(VARIANTS)}")
+
+
+def _joint_fit(grams: SpanGrams, start: int, length: int, ridge: float) -> SpanFit:
+    """rotation_replaceme's closed-form fit (jtc.pruning.joint)."""
+    i, j = start, start + length
+    gram = grams.ffn_grams[i]
+    sums = (grams.state_cross[i, j], grams.ffn_cross[i, j], grams.ffn_own[i], gram)
+    yy = float(grams.squares[j])
+    solvers = set()
+
+    def solve(z: np.ndarray) -> np.ndarray:
+        w, how = solve_gram(gram, z, ridge)
+        solvers.add(how)
+        return w
+
+    t, scale, q, error = fit_rotation_replaceme(sums, float(grams.squares[i]), yy, solve)
+    tensors = {"weight": t.T, ROTATION_PART: (scale * q).T}
+    solver = "+".join(sorted(solvers)) + "+svd"
+    return SpanFit("rotation_replaceme", start, length, tensors, solver, error / yy)
 
 
 def procrustes(cross: np.ndarray, xx: float, yy: float) -> tuple[dict[str, np.ndarray], float]:
@@ -198,7 +223,7 @@ TIE = 1e-6
 # the variants with a fitted map (rotation's d(d-1)/2 + 1 parameters are determined by fewer
 # tokens than least squares needs, but on fewer tokens than the width Σ h_iᵀh_{i+n} is singular
 # and Q is free on its null space: flagged like the others)
-LINEAR_VARIANTS = ("mat", "low_rank", "replaceme", "rotation")
+LINEAR_VARIANTS = ("mat", "low_rank", "replaceme", "rotation", "rotation_replaceme")
 
 
 def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:

@@ -17,6 +17,7 @@ from jtc.files.io import CorruptFileError, read_json
 from jtc.files.tensors import read_tensor_file
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning.fits import SpanFit
+from jtc.pruning.spans import ROTATED, ROTATION_PART
 from jtc.shortcuts.maps import PARTS, ShortcutMap, _MapFileWriter
 
 SPAN_FORMAT = "jtc-span-maps-v1"
@@ -33,16 +34,20 @@ class SpanMapWriter(_MapFileWriter):
     length, tensors by part name). For replaceme the map applies to block `start`'s
     feed-forward output X: h_{start+length} = h_start - X + pred(X); low_rank's predicts the
     difference: h_{start+length} = h_start + pred(h_start); rotation's `weight` is (s·Q)ᵀ, Q
-    orthogonal: h_{start+length} = pred(h_start) = s·h_start Q (jtc.pruning.rotate splits it)."""
+    orthogonal: h_{start+length} = pred(h_start) = s·h_start Q (jtc.pruning.rotate splits it);
+    rotation_replaceme's `weight` is ReplaceMe's Tᵀ and its part `rotation` (s·Q)ᵀ:
+    h_{start+length} = s·(h_start - X + pred(X)) Q."""
 
     format = SPAN_FORMAT
     convention = (
         "pred = up(down(h)) or h @ weight.T; replaceme: h_(i+n) = h_i - X_i + pred(X_i); "
-        "low_rank: h_(i+n) = h_i + pred(h_i); rotation: weight = (s Q)^T, h_(i+n) = pred(h_i)"
+        "low_rank: h_(i+n) = h_i + pred(h_i); rotation: weight = (s Q)^T, h_(i+n) = pred(h_i); "
+        "rotation_replaceme: h_(i+n) = (h_i - X_i + pred(X_i)) @ rotation"
     )
 
     def add(self, variant: str, start: int, length: int, tensors: Mapping[str, np.ndarray]) -> None:
-        ShortcutMap(tensors)  # refuse an unknown or incomplete set of parts before writing
+        # refuse an unknown or incomplete set of parts before writing
+        ShortcutMap({k: v for k, v in tensors.items() if k != ROTATION_PART})
         for part, value in sorted(tensors.items()):
             self._tensors.add(span_tensor_name(variant, start, length, part), value)
 
@@ -77,7 +82,7 @@ def load_span_maps(
             and start[6:].isdigit()
             and length.startswith("length_")
             and length[7:].isdigit()
-            and part in PARTS
+            and (part in PARTS or part == ROTATION_PART)
         ):
             raise CorruptFileError(f"{path}: unexpected tensor '{name}'")
         return variant, int(start[6:]), int(length[7:]), part
@@ -87,7 +92,10 @@ def load_span_maps(
     for name, value in tensors.items():
         variant, start, length, part = key(name)
         grouped.setdefault((variant, start, length), {})[part] = value
-    return {k: _span_map(path, parts) for k, parts in sorted(grouped.items())}
+    return {
+        k: _span_map(path, {p: v for p, v in parts.items() if p != ROTATION_PART})
+        for k, parts in sorted(grouped.items())
+    }
 
 
 def load_span_map(path: str | Path, variant: str, start: int, length: int) -> ShortcutMap:
@@ -109,6 +117,26 @@ def load_span_map(path: str | Path, variant: str, start: int, length: int) -> Sh
         f"{path} has no {variant} map for start {start}, length {length} (blocks "
         f"{start + 1}-{start + length}); its {variant} spans: {have}"
     )
+
+
+def load_stand_in(
+    path: str | Path, variant: str, start: int, length: int
+) -> tuple[ShortcutMap | None, np.ndarray | None]:
+    """(map, rotation) of one span's stand-in: drop has neither (nothing is read); every other
+    variant its map, and rotation_replaceme also its `rotation` part (s·Q)ᵀ."""
+    if variant == "drop":
+        return None, None
+    span_map = load_span_map(path, variant, start, length)
+    if variant == "rotation" or variant not in ROTATED:
+        return span_map, None
+    name = span_tensor_name(variant, start, length, ROTATION_PART)
+    tensors, _ = read_tensor_file(path, SPAN_FORMAT, "span map", lambda n: n == name)
+    if name not in tensors:
+        raise CorruptFileError(
+            f"{path}: the {variant} map of start {start}, length {length} "
+            f"has no '{ROTATION_PART}' part: rerun calibrate_pruning"
+        )
+    return span_map, tensors[name]
 
 
 def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:

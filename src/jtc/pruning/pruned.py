@@ -4,7 +4,8 @@ transformers model with blocks start+1..start+length removed.
 
 - drop and replaceme are exactly the checkpoint `snakemake pruned` writes
   (jtc.pruning.checkpoint.prune_blocks on a copy: replaceme's transform folded into block
-  start's MLP);
+  start's MLP); rotation_replaceme folds its transform the same way and applies its rotation
+  like rotation's;
 - mat, low_rank and rotation act on the residual stream, which no weight owns (rotation folds
   into the blocks before the span in the exported checkpoint, jtc.pruning.rotate; in memory it
   is applied like mat, which it equals up to RMSNorm's epsilon): the blocks are removed the
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 from torch import nn
 
 from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input
 from jtc.pruning.checkpoint import prune_blocks
+from jtc.pruning.spans import MLP_FOLDED
 from jtc.shortcuts.maps import ShortcutMap
 
 # the stand-ins that act on the residual stream h_i itself (applied by a hook, not folded)
@@ -37,16 +40,34 @@ def stand_in_state(
     """The state that stands in for h_{i+n}, from h_i (and for replaceme block i's MLP output
     X_i): drop h_i; mat A h_i (rotation s·h_i Q, the same with A = s·Q); low_rank
     h_i + low-rank(h_i); replaceme r_i + X_i T with
-    r_i = h_i - X_i. `linear` is the variant's map as a torch module (None for drop)."""
+    r_i = h_i - X_i; rotation_replaceme s·(r_i + X_i T) Q. `linear` is the variant's map as a
+    torch module (stand_in_module; None for drop)."""
     if linear is None:
         return h
-    if variant == "replaceme":
+    if variant in MLP_FOLDED:
         if x is None:
-            raise ValueError("replaceme's stand-in needs block i's MLP output X_i")
+            raise ValueError(f"{variant}'s stand-in needs block i's MLP output X_i")
+        if variant == "rotation_replaceme":
+            return linear["rotation"](h - x + linear["transform"](x))
         return h - x + linear(x)
     if variant == "low_rank":
         return h + linear(h)
     return linear(h)
+
+
+def stand_in_module(
+    span_map: ShortcutMap | None, rotation: np.ndarray | None = None, device=None
+) -> nn.Module | None:
+    """A span's stand-in as a torch module on `device` (float32), what stand_in_state takes:
+    its map (None for drop); with rotation_replaceme's `rotation` (s·Q)ᵀ, both as a ModuleDict
+    ("transform": T, "rotation": s·Q)."""
+    if span_map is None:
+        return None
+    linear = span_map.to_torch(device=device)
+    if rotation is None:
+        return linear
+    turn = ShortcutMap({"weight": rotation}).to_torch(device=device)
+    return nn.ModuleDict({"transform": linear, "rotation": turn})
 
 
 def _replacing_input(variant: str, linear: nn.Module):
@@ -70,20 +91,28 @@ def pruned_copy(
     start: int,
     length: int,
     span_map: ShortcutMap | None,
+    rotation: np.ndarray | None = None,
 ) -> nn.Module:
     """A copy of `model` with blocks start+1..start+length (1-based) removed and `variant`
-    standing in for them (`span_map`: the span's map from the span map file; None for drop).
-    `model` itself is not changed."""
+    standing in for them (`span_map`: the span's map from the span map file, None for drop;
+    `rotation`: rotation_replaceme's (s·Q)ᵀ, jtc.pruning.map_file.load_stand_in). `model`
+    itself is not changed."""
     if variant != "drop" and span_map is None:
         raise ValueError(f"the {variant} stand-in needs the span's map")
+    if (variant == "rotation_replaceme") != (rotation is not None):
+        raise ValueError(f"the {variant} stand-in and its rotation (or none) do not agree")
     pruned = copy.deepcopy(model)
     if variant in ("drop", "replaceme"):
         transform = None if variant == "drop" else span_map.tensors["weight"]
         prune_blocks(pruned, adapter, start, length, transform)
         return pruned
-    if variant not in ON_THE_STREAM:
+    if variant == "rotation_replaceme":  # T folded, then s·Q applied to what block i+n+1 reads
+        prune_blocks(pruned, adapter, start, length, span_map.tensors["weight"])
+        variant, span_map = "rotation", ShortcutMap({"weight": rotation})
+    elif variant in ON_THE_STREAM:
+        prune_blocks(pruned, adapter, start, length, None)
+    else:
         raise ValueError(f"unknown pruning stand-in '{variant}'")
-    prune_blocks(pruned, adapter, start, length, None)
     blocks = adapter.blocks(pruned)
     if start < len(blocks):
         reader = blocks[start]  # the first block after the span reads h_{i+n}

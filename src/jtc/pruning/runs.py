@@ -33,9 +33,9 @@ from jtc.model.hooks import hidden_output, substitute_input
 from jtc.model.kept_blocks import running_only
 from jtc.model.scoring import Reference, final_reference, score
 from jtc.pruning.inputs import every_token
-from jtc.pruning.map_file import load_span_map
-from jtc.pruning.pruned import stand_in_state
-from jtc.pruning.spans import parse_removed, removed_label, resolved_lengths, spans
+from jtc.pruning.map_file import load_stand_in
+from jtc.pruning.pruned import stand_in_module, stand_in_state
+from jtc.pruning.spans import MLP_FOLDED, parse_removed, removed_label, resolved_lengths, spans
 from jtc.pruning.sums import every_state
 from jtc.settings import SpanRunSettings
 from jtc.shortcuts.maps import ShortcutMap
@@ -69,7 +69,7 @@ def stand_in(
     """The state that replaces h_{i+n} in a span run, on `device`, from the unmodified h_i
     (and X_i); `linear` is the run's map as a torch module there (None: drop)."""
     h = states[run.start].to(device)
-    x = ffn[run.start - 1].to(device) if run.variant == "replaceme" else None
+    x = ffn[run.start - 1].to(device) if run.variant in MLP_FOLDED else None
     return stand_in_state(run.variant, linear, h, x)
 
 
@@ -202,17 +202,18 @@ def span_scores(
     inputs: list[np.ndarray],
     sentence_ids: np.ndarray,
     runs: Sequence[SpanRun],
-    maps: Callable[[SpanRun], ShortcutMap | None],
+    maps: Callable[[SpanRun], tuple[ShortcutMap | None, np.ndarray | None]],
     batch_size: int,
     pad_id: int,
 ) -> pa.Table:
     """Every run on the sentences `inputs` (token ids), scored at every position that has a
     next token against the unpruned model: per (run, sentence) the sums of RUN_COLUMNS.
-    `maps(run)` gives a run's map (None for drop), read when the run starts. Memory: every
+    `maps(run)` gives a run's map (None for drop) and rotation_replaceme's rotation
+    (jtc.pruning.map_file.load_stand_in), read when the run starts. Memory: every
     sentence's states (2L + 1 per position, float32, on the CPU) and one map at a time."""
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
-    ffn = any(r.variant == "replaceme" for r in runs)
+    ffn = any(r.variant in MLP_FOLDED for r in runs)
     started = time.perf_counter()
     batches = [
         _unmodified(model, adapter, head, rows, ids, mask, ffn)
@@ -223,8 +224,7 @@ def span_scores(
     overflowed = np.zeros((len(runs), len(inputs)), dtype=np.int64)
     progress = Progress(len(runs), "pruned runs", "runs")
     for r, run in enumerate(runs):
-        shortcut = maps(run)
-        linear = None if shortcut is None else shortcut.to_torch(device=device)
+        linear = stand_in_module(*maps(run), device=device)
         for batch in batches:
             call = functools.partial(
                 backbone,
@@ -327,11 +327,9 @@ def run_spans(
     `selected_sentences` (span_scores); each span's map read from the maps file `maps`
     (jtc.pruning.map_file) when its run starts."""
 
-    def span_map(run: SpanRun) -> ShortcutMap | None:
-        """The run's map (None for drop)."""
-        if run.variant == "drop":
-            return None
-        return load_span_map(maps, run.variant, run.start, run.length)
+    def span_map(run: SpanRun) -> tuple[ShortcutMap | None, np.ndarray | None]:
+        """The run's map (None for drop) and rotation (rotation_replaceme's, else None)."""
+        return load_stand_in(maps, run.variant, run.start, run.length)
 
     adapter, pad_id = adapter_of(info), pad_token_id(tokenizer)
     done = []

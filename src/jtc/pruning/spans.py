@@ -14,7 +14,13 @@ from typing import Any
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
 from jtc.settings import ExportSettings
 
-VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation")
+VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation", "rotation_replaceme")
+# the variants with a transform T folded into block i's last feed-forward layer (they need X_i)
+MLP_FOLDED = ("replaceme", "rotation_replaceme")
+# the variants with a scaled rotation s·Q folded into the embeddings and blocks 1..i
+ROTATED = ("rotation", "rotation_replaceme")
+# the span map part holding rotation_replaceme's (s·Q)ᵀ (its `weight` is ReplaceMe's Tᵀ)
+ROTATION_PART = "rotation"
 # variants no longer offered: why, and what to list instead
 REPLACED_VARIANTS = {
     "rrr": (
@@ -112,11 +118,11 @@ def exported_caveat(
 
 def first_start(variant: str) -> int:
     """The first start i a variant can use: replaceme needs block i's feed-forward output."""
-    return 1 if variant == "replaceme" else 0
+    return 1 if variant in MLP_FOLDED else 0
 
 
 def spans(num_layers: int, lengths: Iterable[int], variant: str) -> list[tuple[int, int]]:
-    """Every (start, length) of a variant: 0 <= i (1 for replaceme), i + n <= L."""
+    """Every (start, length) of a variant: 0 <= i (1 for MLP_FOLDED), i + n <= L."""
     return [
         (start, n)
         for n in sorted(set(lengths))
@@ -151,13 +157,14 @@ def pruning_problem(
             f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
             "every token's next-token prediction, which needs a causal LM"
         )
-    if adapter is not None and "replaceme" in variants:
+    folded = [v for v in variants if v in MLP_FOLDED]
+    if adapter is not None and folded:
         try:
             part_adapter(adapter)
         except UnsupportedArchitecture as err:
             return (
-                f"config key 'pruning.variants': replaceme needs each block's feed-forward "
-                f"output, and model '{name}': {err}"
+                f"config key 'pruning.variants': {', '.join(folded)} needs each block's "
+                f"feed-forward output, and model '{name}': {err}"
             )
     return lengths_problem(num_layers, lengths) if num_layers else None
 
@@ -185,7 +192,7 @@ class StatisticsPlan:
     pairs: tuple[tuple[int, int], ...]  # (i, j) with scalar sums: every span, every block
     state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, low_rank)
     state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n} (and rotation)
-    ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (replaceme)
+    ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (MLP_FOLDED)
     ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
 
     @classmethod
@@ -199,9 +206,15 @@ class StatisticsPlan:
             for i, n in spans(num_layers, lengths, v)
         ]
         # rotation needs Σ h_iᵀh_{i+n} only (tr Σ h_iᵀh_i = Σ ||h_i||² is a scalar sum)
-        rotation = spans(num_layers, lengths, "rotation") if "rotation" in variants else []
-        ffn = [(i, i + n) for i, n in spans(num_layers, lengths, "replaceme")]
-        ffn = ffn if "replaceme" in variants else []
+        rotation = [
+            span for v in ROTATED if v in variants for span in spans(num_layers, lengths, v)
+        ]
+        ffn = [
+            (i, i + n)
+            for v in MLP_FOLDED
+            if v in variants
+            for i, n in spans(num_layers, lengths, v)
+        ]
         return cls(
             pairs=tuple(sorted(blocks | every)),
             state_sources=tuple(sorted({i for i, _ in linear})),

@@ -74,9 +74,12 @@ def span_statistics(
     plan: StatisticsPlan,
     batch_size: int,
     pad_id: int,
+    skip_first_token: bool = False,
 ) -> SpanGrams:
     """The sums of `plan` over every token of the sequences `inputs` (token ids), float64,
-    accumulated batch by batch on the model's device."""
+    accumulated batch by batch on the model's device; with `skip_first_token`, every token but
+    each sequence's first (whose states are many times larger than the others' and weigh most
+    in least squares; it still runs, as context for the others)."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
@@ -99,6 +102,9 @@ def span_statistics(
         for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
             mask = mask.to(device)
             backbone(input_ids=ids.to(device), attention_mask=mask, use_cache=False)
+            if skip_first_token:  # padded on the right: position 0 is every sequence's first
+                mask = mask.clone()
+                mask[:, 0] = 0
             h = [_tokens(s, mask) for s in kept["states"]]
             tokens += len(h[0])
             squares += torch.stack([(x * x).sum() for x in h])
