@@ -280,7 +280,7 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
     original, tokenizer, _ = load_cached(tmp_path / "m")
     adapter = find_adapter(original, "causal")
     inputs = [np.asarray(tokenizer(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
-    plan = StatisticsPlan.of(info["num_layers"], [2], ["rotation"])
+    plan = StatisticsPlan.of(info["num_layers"], [2], ["rotation", "rotation_replaceme"])
     grams = span_statistics(original, adapter, inputs, plan, batch_size=8, pad_id=0)
     start, length = 10, 2
     fit = fit_span(grams, "rotation", start, length, rank=1)
@@ -306,3 +306,18 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
     with torch.no_grad():
         got = pruned(**batch, use_cache=False).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-2
+    # ReplaceMe's transform and the rotation together: both folded, the same checks
+    joint = fit_span(grams, "rotation_replaceme", start, length, rank=1)
+    assert joint.loss <= min(fit.loss, fit_span(grams, "replaceme", start, length, rank=1).loss)
+    both = write_pruned(
+        tmp_path / "m",
+        tmp_path / "both",
+        start=start,
+        length=length,
+        variant="rotation_replaceme",
+        transform=joint.tensors["weight"].astype(np.float32),
+        rotation=joint.tensors["rotation"].astype(np.float32),
+    )
+    done = json.loads((both / "pruning.json").read_text())
+    assert done["check"]["fold_error_relative"] < 1e-4
+    assert done["check"]["epsilon_error_relative"] < 1e-2

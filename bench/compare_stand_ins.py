@@ -1,0 +1,149 @@
+"""Depth pruning's stand-ins side by side, from a finished run's results: for each corpus and
+length, the span a selection rule chose for each variant, its next-token perplexity ratio on the
+selected sentences and at a real context (windows), each with its 95% interval, and the paired
+ratio against a reference variant (ReplaceMe by default) on the same sentences or windows:
+exp((CE_variant − CE_reference) / tokens), resampled by sentence or window, so that an interval
+below 1 says the variant beats the reference on these tokens.
+
+    .venv/bin/python bench/compare_stand_ins.py RUN_FOLDER [--model smollm2]
+        [--rule angular_distance] [--reference replaceme]
+
+Reads results/pruning/MODEL/CORPUS/{selection,selected_runs,context_windows,
+generation_prompts}.parquet (what `pruning_tables` and the measures read); writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from jtc.evaluation.prediction import bootstrap_counts  # noqa: E402
+
+RESAMPLES, SEED, LEVEL = 2000, 0, 0.95
+
+
+def ratio_interval(ce: np.ndarray, full: np.ndarray, tokens: np.ndarray) -> tuple[float, ...]:
+    """(ratio, low, high) of exp(Σ(ce − full) / Σ tokens), resampling the units (rows)."""
+    counts = bootstrap_counts(len(ce), RESAMPLES, SEED)
+    point = float(np.exp((ce - full).sum() / tokens.sum()))
+    resampled = np.exp((counts @ (ce - full)) / (counts @ tokens))
+    tail = (1 - LEVEL) / 2
+    low, high = np.quantile(resampled, [tail, 1 - tail])
+    return point, float(low), float(high)
+
+
+def unit_sums(rows: list[dict], key: str) -> dict[int, tuple[float, float, float]]:
+    """{unit: (cross_entropy, cross_entropy_full, tokens)} of one run's rows."""
+    return {r[key]: (r["cross_entropy"], r["cross_entropy_full"], r["tokens"]) for r in rows}
+
+
+def paired(runs: dict[str, dict], variant: str, reference: str) -> tuple[float, ...] | None:
+    """The ratio of `variant` against `reference` on the units both have, with its interval."""
+    if variant not in runs or reference not in runs:
+        return None
+    units = sorted(set(runs[variant]) & set(runs[reference]))
+    ce = np.array([runs[variant][u][0] for u in units])
+    other = np.array([runs[reference][u][0] for u in units])
+    tokens = np.array([runs[variant][u][2] for u in units], dtype=float)
+    return ratio_interval(ce, other, tokens)
+
+
+def fmt(values: tuple[float, ...] | None) -> str:
+    return "—" if values is None else f"{values[0]:.2f} [{values[1]:.2f}, {values[2]:.2f}]"
+
+
+def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) -> list[list[str]]:
+    base = folder / "results" / "pruning" / model / corpus
+    selection = [
+        r for r in pq.read_table(base / "selection.parquet").to_pylist() if r["selection"] == rule
+    ]
+    selected = pq.read_table(base / "selected_runs.parquet").to_pylist()
+    windows = base / "context_windows.parquet"
+    windows = pq.read_table(windows).to_pylist() if windows.exists() else []
+    prompts = base / "generation_prompts.parquet"
+    prompts = pq.read_table(prompts).to_pylist() if prompts.exists() else []
+    rows = []
+    for n in sorted({r["length"] for r in selection}):
+        chosen = {r["variant"]: r for r in selection if r["length"] == n}
+        sentences, contexts = {}, {}
+        for variant, row in chosen.items():
+            sentences[variant] = unit_sums(
+                [r for r in selected if (r["variant"], r["removed"]) == (variant, row["removed"])],
+                "sentence_id",
+            )
+            contexts[variant] = unit_sums(
+                [
+                    r
+                    for r in windows
+                    if (r["variant"], r["length"], r["start"]) == (variant, n, row["start"])
+                ],
+                "window",
+            )
+        for variant, row in chosen.items():
+            alone = {}
+            for name, units in (("sentences", sentences), ("context", contexts)):
+                if units[variant]:
+                    ce, full, tokens = (
+                        np.array(v, dtype=float) for v in zip(*units[variant].values(), strict=True)
+                    )
+                    alone[name] = ratio_interval(ce, full, tokens)
+            agree = [
+                r
+                for r in prompts
+                if (r["variant"], r["length"], r["start"]) == (variant, n, row["start"])
+            ]
+            share = (
+                f"{sum(r['agreement'] for r in agree) / sum(r['new_tokens'] for r in agree):.2f}"
+                if agree
+                else "—"
+            )
+            rows.append(
+                [
+                    corpus,
+                    str(n),
+                    row["removed"],
+                    variant,
+                    fmt(alone.get("sentences")),
+                    fmt(paired(sentences, variant, reference)),
+                    fmt(alone.get("context")),
+                    fmt(paired(contexts, variant, reference)),
+                    share,
+                ]
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--rule", default="angular_distance")
+    parser.add_argument("--reference", default="replaceme")
+    args = parser.parse_args(argv)
+    head = [
+        "corpus",
+        "n",
+        "removed",
+        "variant",
+        "sentences: ratio",
+        f"vs {args.reference}",
+        "context: ratio",
+        f"vs {args.reference}",
+        "generation",
+    ]
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
+    for corpus in sorted(p.name for p in (args.folder / "results/pruning" / args.model).iterdir()):
+        for row in compare(args.folder, args.model, corpus, args.rule, args.reference):
+            print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
