@@ -35,3 +35,23 @@ def make(kind: str, layers: int = LAYERS, seed: int = 0):
             if name.endswith("bias"):
                 param.normal_(0, 0.1)
     return model, find_adapter(model, task)
+
+
+def make_rotatable(kind: str, tied: bool, eps: float, dtype=torch.float32):
+    """(model, adapter): make(kind) with random norm gains (so that folding them shows), RMSNorm's
+    epsilon `eps` (the tiny models' states are small, mean(h²) about 4e-4: a rotation's fold is
+    exact but for the epsilon, so tests make it tiny) and the output embeddings tied to the input
+    ones or not."""
+    model, adapter = make(kind)
+    model.config.rms_norm_eps = eps
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    for module in model.modules():
+        if hasattr(module, "variance_epsilon"):
+            module.variance_epsilon = eps
+    if tied:
+        model.config.tie_word_embeddings = True
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.to(dtype), adapter

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from pruneable import TOKENIZER, make
+from pruneable import TOKENIZER, make, make_rotatable
 from tiny import SENTENCES
 from transformers import AutoModelForCausalLM
 
@@ -45,21 +45,8 @@ def rotation(seed: int = 0) -> np.ndarray:
 
 
 def model(kind: str, tied: bool, dtype=torch.float32):
-    """(model, adapter): a tiny random model with random norm gains, its epsilon 1e-9, its
-    output embeddings tied to the input ones or not."""
-    m, adapter = make(kind)
-    m.config.rms_norm_eps = EPS
-    with torch.no_grad():
-        for name, param in m.named_parameters():
-            if "norm" in name:
-                param.uniform_(0.5, 1.5)
-    for module in m.modules():
-        if hasattr(module, "variance_epsilon"):
-            module.variance_epsilon = EPS
-    if tied:
-        m.config.tie_word_embeddings = True
-        m.lm_head.weight = m.model.embed_tokens.weight
-    return m.to(dtype), adapter
+    """(model, adapter): a tiny random model with random norm gains, its epsilon 1e-9."""
+    return make_rotatable(kind, tied, EPS, dtype)
 
 
 def ids():

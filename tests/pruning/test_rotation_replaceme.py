@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from pruneable import LAYERS, TOKENIZER, make
+from pruneable import LAYERS, TOKENIZER, make, make_rotatable
 from tiny import SENTENCES
 
 from jtc.model.cache import cache_model
@@ -76,24 +76,6 @@ def test_a_ridge_still_gives_a_scaled_rotation_and_a_finite_loss():
     assert joint.loss == pytest.approx(direct_loss(joint.tensors, h, x, y), rel=1e-7)
 
 
-def tiny(kind: str, tied: bool = False):
-    """(model, adapter): a tiny random model with random norm gains and RMSNorm's epsilon 1e-9
-    (its states are small: with the default epsilon the fold's only inexact term is visible)."""
-    m, adapter = make(kind)
-    m.config.rms_norm_eps = EPS
-    with torch.no_grad():
-        for name, param in m.named_parameters():
-            if "norm" in name:
-                param.uniform_(0.5, 1.5)
-    for module in m.modules():
-        if hasattr(module, "variance_epsilon"):
-            module.variance_epsilon = EPS
-    if tied:
-        m.config.tie_word_embeddings = True
-        m.lm_head.weight = m.model.embed_tokens.weight
-    return m, adapter
-
-
 def inputs():
     return [np.asarray(TOKENIZER(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
 
@@ -107,7 +89,7 @@ def test_the_fitted_stand_in_runs_in_memory_folds_and_exports(kind, tied, tmp_pa
     """On a tiny model's calibration sums: the span run's stand-in (from the unmodified h_i and
     X_i) is what the pruned copy's next block reads; the pruned copy equals the model with T and
     s·Q folded; export writes it from the maps file, checked against the hooked reference."""
-    m, adapter = tiny(kind, tied)
+    m, adapter = make_rotatable(kind, tied, EPS)
     start, length = 2, 2
     plan = StatisticsPlan.of(LAYERS, [length], ["rotation_replaceme"])
     grams = span_statistics(m, adapter, inputs(), plan, batch_size=3, pad_id=0)
