@@ -19,10 +19,11 @@ from transformers import AutoModelForCausalLM
 from jtc.model.adapters import UnsupportedArchitecture, adapter_of
 from jtc.model.cache import cache_model, load_cached
 from jtc.pruning.checkpoint import prune_blocks, write_pruned
+from jtc.pruning.fits import fit_span
 from jtc.pruning.mlp_fold import final_linear, fold_problem
 from jtc.pruning.pruned import pruned_copy, stand_in_state
-from jtc.pruning.spans import pruning_problem
-from jtc.pruning.sums import every_state
+from jtc.pruning.spans import StatisticsPlan, pruning_problem
+from jtc.pruning.sums import every_state, span_statistics
 from jtc.shortcuts.maps import ShortcutMap
 
 LAYERS, START, LENGTH = 4, 1, 2  # blocks 2 and 3 of 4 removed; the transform folded into block 1
@@ -105,6 +106,36 @@ def test_the_hooked_feed_forward_output_is_what_the_fold_transforms(name):
     assert relative_error(got[mask], want[mask]) < 1e-5
     dropped = h  # the transform changes block i's output: the test would see a missed fold
     assert relative_error(dropped[mask], want[mask]) > 1e-2
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_fitted_transform_is_least_squares_in_the_pruned_model(name):
+    """Calibration (span_statistics, fit_span) on the hooked X: in the pruned model (T folded),
+    the error of the state after block i against the original's h_{i+n} is orthogonal to X,
+    the normal equations of X·T ≈ h_{i+n} − r_i; a wrong X in the sums (e.g. Falcon's MLP
+    output with attention added to it in place) would leave it correlated."""
+    model, adapter = build(name)
+    inputs = [np.asarray(TOKENIZER(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
+    plan = StatisticsPlan.of(LAYERS, [LENGTH], ["replaceme"])
+    grams = span_statistics(model, adapter, inputs, plan, batch_size=3, pad_id=0)
+    weight = fit_span(grams, "replaceme", START, LENGTH, rank=2).tensors["weight"]
+    pruned = pruned_copy(
+        model, adapter, "replaceme", START, LENGTH, ShortcutMap({"weight": weight})
+    )
+    x_error, x_target = 0.0, 0.0
+    for ids in inputs:
+        ids = torch.from_numpy(ids)[None]
+        with torch.no_grad(), every_state(model, adapter, ffn=True) as kept:
+            adapter.backbone(model)(input_ids=ids, use_cache=False)
+            h, x = kept["states"][START][0], kept["ffn"][START - 1][0]
+            target = kept["states"][START + LENGTH][0]
+        with torch.no_grad(), every_state(pruned, adapter, ffn=False) as after:
+            adapter.backbone(pruned)(input_ids=ids, use_cache=False)
+            got = after["states"][START][0]
+        x, error = x.double(), (target - got).double()
+        x_error = x_error + x.T @ error
+        x_target = x_target + x.T @ (target - h + x).double()
+    assert float(x_error.abs().max()) < 1e-4 * float(x_target.abs().max())
 
 
 @pytest.fixture(scope="module")
