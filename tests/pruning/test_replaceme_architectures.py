@@ -190,14 +190,15 @@ def test_export_reproduces_the_hooked_reference_and_the_pruned_copy(name, cached
 
 def test_a_misread_expert_layout_is_refused_not_folded_wrong():
     """Fused experts whose down_proj is square (d_ff = d) read with the wrong layout: the
-    permutation check refuses, naming the tensors, and prune_blocks changes nothing."""
+    check (their output channels rolled by one) refuses, naming the tensors, and prune_blocks
+    changes nothing."""
     model, adapter = make("mixtral", layers=3, intermediate_size=COMMON["hidden_size"])
     assert fold_problem(model, adapter) is None
     for block in adapter.blocks(model):
         block.mlp.experts.is_transposed = True  # down_proj is (E, d, d_ff), not transposed
     problem = fold_problem(model, adapter)
     assert problem and "'mixtral'" in problem and "mlp.experts.down_proj" in problem, problem
-    assert "permutation" in problem and "--variant drop" in problem
+    assert "rolling their output channels" in problem and "--variant drop" in problem
     before = [p.clone() for p in model.parameters()]
     with pytest.raises(UnsupportedArchitecture):
         prune_blocks(model, adapter, 1, 1, random_transform())

@@ -9,9 +9,9 @@ Mixtral, Qwen2/3-MoE, OLMoE) outputs X = Σ_e g_e(x)·E_e(x) [+ σ(s(x))·S(x), 
 so X·T = Σ_e g_e(x)·(E_e(x)·T) [+ σ(s(x))·(S(x)·T)]: T folds into every expert's down
 projection (transformers' fused (E, d, d_ff) tensor `experts.down_proj`, or (E, d_ff, d) where
 `is_transposed`, its `down_proj_bias` likewise; or a list of expert MLPs) and the shared
-expert's final linear layer. Which tensors and which of their axes is checked by folding a
-permutation of the d channels into them and running the block once (exact both ways: undone
-after)."""
+expert's final linear layer. Which tensors and which of their axes is checked by rolling their
+output channels by one and running the block once: its output must roll by one (exact both
+ways: undone after)."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def _fused_targets(experts: nn.Module, width: int, path: str) -> list[Target] | 
 def _moe_targets(moe: nn.Module, width: int, path: str) -> list[Target] | str:
     """Every tensor the mixture-of-experts block `moe`'s output is linear in (the experts' and
     the shared expert's down projections), with its output axis; or why they are not found. Checked
-    by folding a permutation into them (_permutes)."""
+    by rolling their output channels (_permutes)."""
     experts = moe.experts
     if isinstance(experts, nn.ModuleList):
         child, tried = _dense_final(experts[0], width)
@@ -230,7 +230,7 @@ def _moe_targets(moe: nn.Module, width: int, path: str) -> list[Target] | str:
         return (
             f"folding into {', '.join(dict.fromkeys(p for p, _, _ in found))} does not transform "
             f"the output of its mixture-of-experts block ({path}, {type(moe).__name__}) as a "
-            "whole (checked with a permutation of the channels)"
+            "whole (checked by rolling their output channels by one)"
         )
     return found
 
@@ -253,23 +253,34 @@ def _fold_axes(targets: list[Target], weight: np.ndarray) -> None:
                 _fold_axis(tensor, w, axis)
 
 
+def _roll_axes(targets: list[Target], shift: int) -> None:
+    """Roll each tensor's output axis by `shift` channels (exact; a fused tensor one expert at
+    a time)."""
+    with torch.no_grad():
+        for _, tensor, axis in targets:
+            if tensor.dim() == 3:
+                for expert in tensor:
+                    expert.copy_(torch.roll(expert, shift, dims=axis - 1))
+            else:
+                tensor.copy_(torch.roll(tensor, shift, dims=axis))
+
+
 def _permutes(moe: nn.Module, targets: list[Target], width: int) -> bool:
-    """Whether folding a cyclic shift P of the channels into `targets` makes the block output
-    its output @ P.T on a random input (then folded back with P.T: both exact)."""
+    """Whether rolling the output channels of `targets` by one (folding a cyclic shift P, then
+    P.T after: both exact) rolls the block's output by one on a random input."""
     param = targets[0][1]
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(1, 8, width, generator=generator).to(param.device, param.dtype)
-    shift = np.roll(np.eye(width), 1, axis=0)  # x @ shift.T = x rolled by one channel
     training = moe.training
     moe.eval()
     try:
         with torch.no_grad():
             before = moe(x)
-            _fold_axes(targets, shift)
+            _roll_axes(targets, 1)
             try:
                 after = moe(x)
             finally:
-                _fold_axes(targets, shift.T)
+                _roll_axes(targets, -1)
     except Exception:  # noqa: BLE001 - a block that does not run on a plain input does not fit
         return False
     finally:
