@@ -16,13 +16,15 @@ TOKENIZER = make_tokenizer("causal")
 SETTINGS = {"qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 4}}
 
 
-def make(kind: str, layers: int = LAYERS, seed: int = 0):
-    """(model, adapter) of a tiny random model of a transformers model type, in eval mode."""
+def make(kind: str, layers: int = LAYERS, seed: int = 0, **overrides):
+    """(model, adapter) of a tiny random model of a transformers model type, in eval mode
+    (`overrides`: config settings besides the matrix's, e.g. for a model type not in it)."""
     settings = {
         **COMMON,
         "vocab_size": len(TOKENIZER),
-        **ARCHITECTURES[kind],
+        **ARCHITECTURES.get(kind, {}),
         **SETTINGS.get(kind, {}),
+        **overrides,
         "num_hidden_layers": layers,
     }
     config = AutoConfig.for_model(kind, **settings)

@@ -132,6 +132,11 @@ class Adapter:
     logit_scale: float = 1.0  # a constant the model multiplies its logits by (Cohere)
     # c in c·tanh(logits / c): Gemma 2's final_logit_softcapping (None: logits as they are)
     logit_softcap: float | None = None
+    # blocks without `parts` whose attention and feed-forward read the same input in parallel,
+    # h_b = h_{b-1} + attn + ffn (GPT-NeoX, GPT-J, Falcon, Phi, Cohere): the dotted path from a
+    # block to its feed-forward module, checked on the model (jtc.model.discover). For depth
+    # pruning's ReplaceMe alone (its transform folds into that module); no sub-module shortcuts
+    parallel_ffn: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -296,12 +296,11 @@ def _part_candidates(block: nn.Module) -> list[tuple[Part, ...]]:
     return candidates
 
 
-def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool:
-    """Whether the parts chain into the block outputs through the residual adds: pre-norm
-    blocks attn_norm.in = h_{b-1}, attn_norm.out = attn.in, h_{b-1} + attn.out = ffn_norm.in,
-    ffn_norm.out = ffn.in, ffn_norm.in + ffn.out = h_b; post-norm blocks (parts in the order
-    attn, attn_norm, ffn, ffn_norm) attn.in = h_{b-1}, h_{b-1} + attn.out = attn_norm.in,
-    attn_norm.out = ffn.in, attn_norm.out + ffn.out = ffn_norm.in, ffn_norm.out = h_b."""
+def _recorded(
+    model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]
+) -> tuple[list, list] | None:
+    """(h_0..h_L, the input and output of every part of every block) on a random batch, each
+    (tokens, d); None where a candidate cannot even be recorded."""
     from jtc.model.hooks import PartRecorder, StateRecorder
 
     blocks = adapter.blocks(model)
@@ -315,13 +314,27 @@ def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool
         with torch.no_grad():
             adapter.backbone(model)(**batch, use_cache=False)
     except Exception:  # noqa: BLE001 - a candidate that cannot even be recorded does not chain
-        return False
+        return None
     finally:
         for recorder in recorders:
             recorder.remove()
     states, sites = recorders[0].states, recorders[1].states
     if any(s is None for s in (*states, *sites)):
+        return None
+    return states, sites
+
+
+def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool:
+    """Whether the parts chain into the block outputs through the residual adds: pre-norm
+    blocks attn_norm.in = h_{b-1}, attn_norm.out = attn.in, h_{b-1} + attn.out = ffn_norm.in,
+    ffn_norm.out = ffn.in, ffn_norm.in + ffn.out = h_b; post-norm blocks (parts in the order
+    attn, attn_norm, ffn, ffn_norm) attn.in = h_{b-1}, h_{b-1} + attn.out = attn_norm.in,
+    attn_norm.out = ffn.in, attn_norm.out + ffn.out = ffn_norm.in, ffn_norm.out = h_b."""
+    recorded = _recorded(model, adapter, parts)
+    if recorded is None:
         return False
+    states, sites = recorded
+    blocks = adapter.blocks(model)
     per_block = 2 * len(parts)
     for b in range(len(blocks)):
         site = sites[b * per_block : (b + 1) * per_block]
@@ -350,16 +363,36 @@ def _chains(model: nn.Module, adapter: Adapter, parts: tuple[Part, ...]) -> bool
     return True
 
 
+def _parallel_ffn(model: nn.Module, adapter: Adapter) -> str | None:
+    """The feed-forward module of blocks whose attention and feed-forward read the same input
+    in parallel (GPT-J, GPT-NeoX, Falcon, Phi, Cohere), found by the usual names and checked on
+    every block: h_b = h_{b-1} + attn.out + ffn.out; None where no candidate passes."""
+    block = adapter.blocks(model)[0]
+    attn, ffn = _first(block, ATTENTIONS), _first(block, FFNS)
+    if not (attn and ffn):
+        return None
+    recorded = _recorded(model, adapter, (Part("attn", attn), Part("ffn", ffn)))
+    if recorded is None:
+        return None
+    states, sites = recorded
+    for b in range(len(states) - 1):
+        _, attn_out, _, ffn_out = sites[4 * b : 4 * b + 4]
+        if not _close(states[b] + attn_out + ffn_out, states[b + 1]):
+            return None
+    return ffn
+
+
 def _with_parts(model: nn.Module, adapter: Adapter) -> Adapter:
-    """The adapter with the first candidate block parts that chain (none where no candidate
-    does: parallel attention and MLP reading one input, as in GPT-J, GPT-NeoX or Falcon)."""
+    """The adapter with the first candidate block parts that chain; where none does, with the
+    feed-forward module of parallel blocks (`parallel_ffn`) if they are (attention and MLP
+    reading one input, as in GPT-J, GPT-NeoX or Falcon), and no parts."""
     import dataclasses
 
     block = adapter.blocks(model)[0]
     for parts in _part_candidates(block):
         if _chains(model, adapter, parts):
             return dataclasses.replace(adapter, parts=parts)
-    return adapter
+    return dataclasses.replace(adapter, parallel_ffn=_parallel_ffn(model, adapter))
 
 
 def find_adapter(model: nn.Module, task: str) -> Adapter:

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from jtc.model.adapters import Adapter, lookup
-from jtc.model.hooks import hidden_input
+from jtc.model.hooks import hidden_input, hidden_output
 from jtc.model.kept_blocks import running_only
+from jtc.pruning.ffn_site import replaceme_ffn
 
 CHECK_TOKENS = (2, 7)  # the random batch an export is checked on: sequences x tokens
 CHECK_NEW_TOKENS = 2  # tokens an export generates when it is checked
@@ -60,11 +61,15 @@ def hooked_logits(
 
         handles.append(reader.register_forward_pre_hook(rotated, with_kwargs=True))
     if transform is not None:
-        mlp = lookup(blocks[start - 1], adapter.part("ffn").input_path)
+        mlp = lookup(blocks[start - 1], replaceme_ffn(adapter))
         w = _float64(transform, next(mlp.parameters()).device)
-        handles.append(
-            mlp.register_forward_hook(lambda _m, _a, out: (out.double() @ w.T).to(out.dtype))
-        )
+
+        def transformed(_module, _args, out):  # an MoE block may return (X, router logits)
+            x = hidden_output(out)
+            new = (x.double() @ w.T).to(x.dtype)
+            return (new, *out[1:]) if isinstance(out, tuple) else new
+
+        handles.append(mlp.register_forward_hook(transformed))
     kept = [b for b in range(len(blocks)) if not start <= b < start + length]
     try:
         with torch.no_grad(), running_only(model, adapter, kept):

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
+from jtc.model.adapters import Adapter, UnsupportedArchitecture
+from jtc.pruning.ffn_site import replaceme_ffn
 from jtc.settings import ExportSettings
 
 VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation", "rotation_replaceme")
@@ -150,8 +151,8 @@ def pruning_problem(
     variants: Sequence[str],
 ) -> str | None:
     """Why a model cannot be pruned as configured, from what is known of it (None: unknown):
-    a masked LM (every token is scored on the next one), blocks whose parts are unknown where
-    replaceme needs the feed-forward output, lengths it does not have."""
+    a masked LM (every token is scored on the next one), blocks whose feed-forward module
+    replaceme cannot fold into (jtc.pruning.ffn_site), lengths it does not have."""
     if task == "masked":
         return (
             f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
@@ -160,11 +161,12 @@ def pruning_problem(
     folded = [v for v in variants if v in MLP_FOLDED]
     if adapter is not None and folded:
         try:
-            part_adapter(adapter)
+            replaceme_ffn(adapter)
         except UnsupportedArchitecture as err:
             return (
-                f"config key 'pruning.variants': {', '.join(folded)} needs each block's "
-                f"feed-forward output, and model '{name}': {err}"
+                f"config key 'pruning.variants': {', '.join(folded)} folds a transform into "
+                f"each block's feed-forward module (its output X added to the stream, h_i = r_i "
+                f"+ X), and model '{name}': {err}; list drop, mat, low_rank or rotation instead"
             )
     return lengths_problem(num_layers, lengths) if num_layers else None
 

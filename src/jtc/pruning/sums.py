@@ -19,8 +19,9 @@ from torch import nn
 
 from jtc.data.extract import padded_batches
 from jtc.logs import Progress
-from jtc.model.adapters import Adapter
+from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input, hidden_output
+from jtc.pruning.ffn_site import feed_forward_output
 from jtc.pruning.fits import SpanGrams
 from jtc.pruning.spans import StatisticsPlan
 
@@ -47,11 +48,13 @@ def every_state(model: nn.Module, adapter: Adapter, ffn: bool) -> Iterator[dict]
                 lambda m, a, out, layer=layer: keep("states", layer, hidden_output(out))
             )
         )
-        if ffn:
-            _, last = adapter.part("ffn").modules(block)
+        if ffn:  # cloned: Falcon's parallel blocks add attention's output to it in place
+            last = lookup(block, feed_forward_output(adapter))
             handles.append(
                 last.register_forward_hook(
-                    lambda m, a, out, layer=layer: keep("ffn", layer - 1, hidden_output(out))
+                    lambda m, a, out, layer=layer: keep(
+                        "ffn", layer - 1, hidden_output(out).detach().clone()
+                    )
                 )
             )
     try:
