@@ -48,6 +48,8 @@ def paired(runs: dict[str, dict], variant: str, reference: str) -> tuple[float, 
     if variant not in runs or reference not in runs:
         return None
     units = sorted(set(runs[variant]) & set(runs[reference]))
+    if not units:
+        return None
     ce = np.array([runs[variant][u][0] for u in units])
     other = np.array([runs[reference][u][0] for u in units])
     tokens = np.array([runs[variant][u][2] for u in units], dtype=float)
@@ -63,7 +65,8 @@ def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) ->
     selection = [
         r for r in pq.read_table(base / "selection.parquet").to_pylist() if r["selection"] == rule
     ]
-    selected = pq.read_table(base / "selected_runs.parquet").to_pylist()
+    selected = base / "selected_runs.parquet"
+    selected = pq.read_table(selected).to_pylist() if selected.exists() else []
     windows = base / "context_windows.parquet"
     windows = pq.read_table(windows).to_pylist() if windows.exists() else []
     prompts = base / "generation_prompts.parquet"

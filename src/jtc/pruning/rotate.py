@@ -232,6 +232,13 @@ def fold_rotation(
                     write.bias.copy_((scale * write.bias.double() @ qd).to(write.bias.dtype))
 
 
+# the folded model's logits against the hooked stand-in's, the epsilon made exact: transformers
+# computes RMSNorm in float32 whatever the weights' dtype, and the rotated stream rounds otherwise
+# than the original; with ReplaceMe's transform on top that rounding grows (SmolLM2, blocks 13-20,
+# rotation_replaceme: 2.6e-3 of the largest logit in float32, 5.4e-4 with float64 weights, 1.7e-5
+# with the norms in float64 too; the folded model's perplexity on 64 sentences within 0.002% of
+# the hooked one's). Rotation alone: 5.8e-5
+ROTATED_FOLD_TOLERANCE = 1e-2
 # the folded model's logits may differ from the hooked rotation's by RMSNorm's epsilon alone
 # (eps against s²·eps in blocks 1..i): beyond this share of the largest logit it is refused
 EPSILON_TOLERANCE = 0.05
@@ -271,7 +278,7 @@ def check_rotation_fold(
         with _epsilon_times(model, adapter, start, scale * scale):
             exact = model(**batch, use_cache=False).logits.float()
         written = model(**batch, use_cache=False).logits.float()
-    check = {"fold_error_relative": check_fold(exact, reference, dtype)}
+    check = {"fold_error_relative": check_fold(exact, reference, dtype, ROTATED_FOLD_TOLERANCE)}
     error = float((written - reference).abs().max()) / (float(reference.abs().max()) or 1.0)
     if not error <= EPSILON_TOLERANCE:
         raise RuntimeError(
