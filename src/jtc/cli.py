@@ -84,7 +84,13 @@ def _prune_parser(commands, defaults) -> None:
     sub.add_argument(
         "--length", type=int, required=True, metavar="N", help="the number of blocks removed"
     )
-    sub.add_argument("--variant", choices=["replaceme", "drop", "rotation"], required=True)
+    sub.add_argument(
+        "--variant",
+        choices=["replaceme", "drop", "rotation", "replaceme_cosine"],
+        required=True,
+        help="replaceme_cosine: replaceme's transform fitted on the cosine distance, folded the "
+        "same way",
+    )
     sub.add_argument(
         "--maps",
         help="the workflow's maps file of this model (results/pruning/MODEL/CORPUS/"
@@ -100,7 +106,7 @@ def _prune(args: argparse.Namespace) -> int:
     from jtc.pruning.export_inputs import export_problem
 
     try:
-        if args.variant in ("replaceme", "rotation") and not args.maps:
+        if args.variant != "drop" and not args.maps:
             raise ValueError(f"--variant {args.variant} needs --maps FILE (the fitted maps)")
         if args.variant == "drop" and args.maps:
             raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")

@@ -40,9 +40,10 @@ from jtc.pruning.export_check import check_batch, check_export, check_fold, hook
 from jtc.pruning.export_inputs import export_problem
 from jtc.pruning.map_file import load_span_map
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
+from jtc.pruning.spans import MLP_FOLDED
 
-VARIANTS = ("replaceme", "drop", "rotation")
-FOLDED = ("replaceme", "rotation")  # the variants whose map is folded (the others: none)
+VARIANTS = ("replaceme", "drop", "rotation", "replaceme_cosine")
+FOLDED = ("replaceme", "rotation", "replaceme_cosine")  # whose map is folded (the others: none)
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
 DESCRIPTION = "pruning.json"
 
@@ -66,7 +67,7 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
             f"{span}: blocks {start + 1}..{start + length} run past the model's {num_layers} "
             f"blocks (start + length ≤ {num_layers})"
         )
-    if variant == "replaceme" and start < 1:
+    if variant in MLP_FOLDED and start < 1:
         return (
             f"{span}: ReplaceMe folds its transform into block {start}'s MLP, and block 0 is "
             "the embeddings: start must be 1 or more (or use --variant drop)"
@@ -95,7 +96,7 @@ def transform_problem(transform: np.ndarray, width: int, variant: str = "replace
 
 def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str) -> str | None:
     """Why `variant`'s map cannot be folded into this model at `start` (drop: never)."""
-    if variant == "replaceme":
+    if variant in MLP_FOLDED:
         return fold_problem(model, adapter, start)
     if variant == "rotation":
         return rotate.rotation_problem(model, adapter, start)
@@ -258,7 +259,7 @@ def write_pruned(
     batch = check_batch(model)
     reference = hooked_logits(model, adapter, start, length, transform, batch, variant)
     before = sum(p.numel() for p in model.parameters())
-    found = final_linear(model, adapter, start) if variant == "replaceme" else None
+    found = final_linear(model, adapter, start) if variant in MLP_FOLDED else None
     folded = f"block {start}: {found[0]}" if isinstance(found, tuple) else None
     if variant == "rotation":
         folded = rotate.FOLDED_INTO.format(start=start)

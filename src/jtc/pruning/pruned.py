@@ -25,6 +25,7 @@ from torch import nn
 from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input
 from jtc.pruning.checkpoint import prune_blocks
+from jtc.pruning.spans import MLP_FOLDED
 from jtc.shortcuts.maps import ShortcutMap
 
 # the stand-ins that act on the residual stream h_i itself (applied by a hook, not folded)
@@ -40,9 +41,9 @@ def stand_in_state(
     r_i = h_i - X_i. `linear` is the variant's map as a torch module (None for drop)."""
     if linear is None:
         return h
-    if variant == "replaceme":
+    if variant in MLP_FOLDED:
         if x is None:
-            raise ValueError("replaceme's stand-in needs block i's MLP output X_i")
+            raise ValueError(f"{variant}'s stand-in needs block i's MLP output X_i")
         return h - x + linear(x)
     if variant == "low_rank":
         return h + linear(h)
@@ -77,9 +78,9 @@ def pruned_copy(
     if variant != "drop" and span_map is None:
         raise ValueError(f"the {variant} stand-in needs the span's map")
     pruned = copy.deepcopy(model)
-    if variant in ("drop", "replaceme"):
+    if variant == "drop" or variant in MLP_FOLDED:
         transform = None if variant == "drop" else span_map.tensors["weight"]
-        prune_blocks(pruned, adapter, start, length, transform)
+        prune_blocks(pruned, adapter, start, length, transform, variant)
         return pruned
     if variant not in ON_THE_STREAM:
         raise ValueError(f"unknown pruning stand-in '{variant}'")

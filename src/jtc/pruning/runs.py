@@ -35,7 +35,7 @@ from jtc.model.scoring import Reference, final_reference, score
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import load_span_map
 from jtc.pruning.pruned import stand_in_state
-from jtc.pruning.spans import parse_removed, removed_label, resolved_lengths, spans
+from jtc.pruning.spans import MLP_FOLDED, parse_removed, removed_label, resolved_lengths, spans
 from jtc.pruning.sums import every_state
 from jtc.settings import SpanRunSettings
 from jtc.shortcuts.maps import ShortcutMap
@@ -69,7 +69,7 @@ def stand_in(
     """The state that replaces h_{i+n} in a span run, on `device`, from the unmodified h_i
     (and X_i); `linear` is the run's map as a torch module there (None: drop)."""
     h = states[run.start].to(device)
-    x = ffn[run.start - 1].to(device) if run.variant == "replaceme" else None
+    x = ffn[run.start - 1].to(device) if run.variant in MLP_FOLDED else None
     return stand_in_state(run.variant, linear, h, x)
 
 
@@ -212,7 +212,7 @@ def span_scores(
     sentence's states (2L + 1 per position, float32, on the CPU) and one map at a time."""
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
-    ffn = any(r.variant == "replaceme" for r in runs)
+    ffn = any(r.variant in MLP_FOLDED for r in runs)
     started = time.perf_counter()
     batches = [
         _unmodified(model, adapter, head, rows, ids, mask, ffn)

@@ -14,7 +14,10 @@ from typing import Any
 from jtc.model.adapters import Adapter, UnsupportedArchitecture, part_adapter
 from jtc.settings import ExportSettings
 
-VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation")
+VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation", "replaceme_cosine")
+# the variants whose map T folds into block i's MLP (its output X becomes X T): ReplaceMe's,
+# fitted by least squares (replaceme) or by Adam on the cosine distance (replaceme_cosine)
+MLP_FOLDED = ("replaceme", "replaceme_cosine")
 # variants no longer offered: why, and what to list instead
 REPLACED_VARIANTS = {
     "rrr": (
@@ -111,8 +114,9 @@ def exported_caveat(
 
 
 def first_start(variant: str) -> int:
-    """The first start i a variant can use: replaceme needs block i's feed-forward output."""
-    return 1 if variant == "replaceme" else 0
+    """The first start i a variant can use: replaceme (MLP_FOLDED) needs block i's
+    feed-forward output."""
+    return 1 if variant in MLP_FOLDED else 0
 
 
 def spans(num_layers: int, lengths: Iterable[int], variant: str) -> list[tuple[int, int]]:
@@ -151,12 +155,13 @@ def pruning_problem(
             f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
             "every token's next-token prediction, which needs a causal LM"
         )
-    if adapter is not None and "replaceme" in variants:
+    folded = [v for v in MLP_FOLDED if v in variants]
+    if adapter is not None and folded:
         try:
             part_adapter(adapter)
         except UnsupportedArchitecture as err:
             return (
-                f"config key 'pruning.variants': replaceme needs each block's feed-forward "
+                f"config key 'pruning.variants': {folded[0]} needs each block's feed-forward "
                 f"output, and model '{name}': {err}"
             )
     return lengths_problem(num_layers, lengths) if num_layers else None
@@ -201,7 +206,8 @@ class StatisticsPlan:
         # rotation needs Σ h_iᵀh_{i+n} only (tr Σ h_iᵀh_i = Σ ||h_i||² is a scalar sum)
         rotation = spans(num_layers, lengths, "rotation") if "rotation" in variants else []
         ffn = [(i, i + n) for i, n in spans(num_layers, lengths, "replaceme")]
-        ffn = ffn if "replaceme" in variants else []
+        # replaceme_cosine starts from replaceme's least-squares T: the same sums
+        ffn = ffn if any(v in variants for v in MLP_FOLDED) else []
         return cls(
             pairs=tuple(sorted(blocks | every)),
             state_sources=tuple(sorted({i for i, _ in linear})),
