@@ -116,26 +116,28 @@ def cosine_rows(
     return found
 
 
-def _cosine_distances(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1 - cos(pred, target) per row (a zero row counts as orthogonal)."""
-    return 1.0 - nn.functional.cosine_similarity(pred, target, dim=1, eps=1e-12)
+def _unit_rows(v: torch.Tensor) -> torch.Tensor:
+    """Each row over its norm (a zero row stays zero)."""
+    return v / v.norm(dim=1, keepdim=True).clamp(min=torch.finfo(v.dtype).tiny)
 
 
 @torch.no_grad()
 def span_losses(
     x: torch.Tensor, r: torch.Tensor, y: torch.Tensor, t: torch.Tensor
 ) -> tuple[float, float]:
-    """(||X T + r - h||² / ||h||², mean 1 - cos(X T + r, h)) over every row, in float64:
-    the calibration loss of jtc.pruning.fits.SpanFit and the cosine objective."""
-    t = t.to(torch.float64)
+    """(||X T + r - h||² / ||h||², mean 1 - cos(X T + r, h)) over every row (a zero row counts
+    as orthogonal): the calibration loss of jtc.pruning.fits.SpanFit and the cosine objective,
+    summed in float64 (X T + r in float32, as the fit computes it)."""
+    t = t.to(torch.float32)
     error = norm = distance = 0.0
     for k in range(0, len(x), CHUNK):
         rows = slice(k, k + CHUNK)
-        target = y[rows].double()
-        pred = x[rows].double() @ t + r[rows].double()
-        error += float(((pred - target) ** 2).sum())
-        norm += float((target**2).sum())
-        distance += float(_cosine_distances(pred, target).sum())
+        target = y[rows]
+        pred = torch.addmm(r[rows], x[rows], t)
+        error += float(((pred - target).double() ** 2).sum())
+        norm += float((target.double() ** 2).sum())
+        cos = (_unit_rows(pred.double()) * _unit_rows(target.double())).sum(1)
+        distance += float((1.0 - cos).sum())
     return error / norm, distance / max(len(x), 1)
 
 
@@ -168,13 +170,18 @@ def adam_transform(
     order drawn from a generator seeded by `seed`."""
     generator = torch.Generator().manual_seed(seed)
     t = torch.tensor(start, dtype=torch.float32, device=device, requires_grad=True)
-    optimizer = torch.optim.Adam([t], lr=settings.learning_rate)
+    # fused: one kernel for the d² update (on the CPU the elementwise passes of the default
+    # implementation cost more than the minibatch's matrix product)
+    optimizer = torch.optim.Adam([t], lr=settings.learning_rate, fused=True)
+    target = _unit_rows(y)  # cos(p, y) = p·ŷ / ||p||: ŷ once
     with _deterministic():
         for _ in range(settings.epochs):
             order = torch.randperm(len(x), generator=generator)
             for rows in order.split(settings.batch_tokens):
-                xb, rb, yb = (v[rows].to(device) for v in (x, r, y))
-                loss = _cosine_distances(xb @ t + rb, yb).mean()
+                xb, rb, yb = (v[rows].to(device) for v in (x, r, target))
+                pred = torch.addmm(rb, xb, t)
+                norms = pred.norm(dim=1).clamp(min=torch.finfo(pred.dtype).tiny)
+                loss = 1.0 - ((pred * yb).sum(1) / norms).mean()
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
