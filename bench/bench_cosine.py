@@ -27,7 +27,7 @@ from jtc.files.io import read_table
 from jtc.model.adapters import adapter_of
 from jtc.model.cache import load_model
 from jtc.pruning.calibrate import CALIBRATION_KEY
-from jtc.pruning.cosine import VARIANT, cosine_rows, fit_cosine_span
+from jtc.pruning.cosine import VARIANT, cosine_rows, fit_cosine_span, span_losses
 from jtc.pruning.inputs import every_token
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.pruning.sums import span_statistics
@@ -45,21 +45,18 @@ def main() -> None:
     parser.add_argument("--setting", action="append", default=[], help="EPOCHS,LR,BATCH")
     parser.add_argument("--every", type=int, default=1, help="every K-th span only")
     parser.add_argument("--starts", help="only these starts, e.g. 10-20")
+    parser.add_argument(
+        "--holdout", type=int, default=0, help="also score on the first N validation sentences"
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.manual_seed(0)
     net, tokenizer, info = load_model(args.model_dir, args.threads)
     adapter = adapter_of(info)
     num_layers = info["num_layers"]
+    table = read_table(args.corpus)
     inputs, _ = every_token(
-        tokenizer,
-        info,
-        read_table(args.corpus),
-        "train",
-        args.sentences,
-        "bench",
-        args.max_tokens,
-        CALIBRATION_KEY,
+        tokenizer, info, table, "train", args.sentences, "bench", args.max_tokens, CALIBRATION_KEY
     )
     lengths = resolved_lengths([], num_layers)
     todo = spans(num_layers, lengths, VARIANT)
@@ -73,6 +70,12 @@ def main() -> None:
     started, cpu = time.perf_counter(), time.process_time()
     rows = cosine_rows(net, adapter, inputs, todo, args.batch_size, pad)
     rows_seconds, rows_cpu = time.perf_counter() - started, time.process_time() - cpu
+    held = None
+    if args.holdout:
+        held_inputs, _ = every_token(
+            tokenizer, info, table, "validation", args.holdout, "bench", args.max_tokens
+        )
+        held = cosine_rows(net, adapter, held_inputs, todo, args.batch_size, pad)
     settings = [CosineSettings.defaults()] + [
         CosineSettings(int(e), float(lr), int(b))
         for e, lr, b in (s.split(",") for s in args.setting)
@@ -95,6 +98,17 @@ def main() -> None:
         cos = np.array([[f.cosine_distance, ls.cosine_distance] for f, ls in fitted])
         loss = np.array([[f.loss, ls.loss] for f, ls in fitted])
         best = int(np.argmin(loss[:, 1]))
+        if held is not None:
+            scored = [
+                [
+                    span_losses(
+                        *held.span(f.start, f.length), torch.from_numpy(f.tensors["weight"].T)
+                    )
+                    for f in pair
+                ]
+                for pair in fitted
+            ]
+            held_out = np.array([[a[1], b[1], a[0], b[0]] for a, b in scored])
         row = {
             "setting": dataclasses.asdict(setting),
             "fit_seconds": seconds,
@@ -111,6 +125,16 @@ def main() -> None:
                 "calibration_loss": loss[best].tolist(),
             },
         }
+        if held is not None:
+            row["holdout"] = {
+                "tokens": held.tokens,
+                "cosine_distance": held_out[:, 0].mean(),
+                "cosine_distance_least_squares": held_out[:, 1].mean(),
+                "calibration_loss": held_out[:, 2].mean(),
+                "calibration_loss_least_squares": held_out[:, 3].mean(),
+                "spans_with_lower_cosine": int((held_out[:, 0] < held_out[:, 1]).sum()),
+                "best_least_squares_span": held_out[best].tolist(),
+            }
         report["settings"].append(row)
         print(json.dumps(row, default=float), flush=True)
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}))
