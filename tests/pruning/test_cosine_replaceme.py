@@ -213,3 +213,24 @@ def test_the_settings_reach_the_calibration():
     assert CalibrationSettings.from_config(changed).cosine.epochs == 3
     assert checked["pruning"]["export_variant"] == VARIANT
     assert VARIANT not in validate_config(BASE)["pruning"]["variants"]
+
+
+def test_the_calibration_jobs_request_counts_the_rows_and_the_passes(tmp_path, monkeypatch):
+    """calibrate_pruning's memory and time requests grow with replaceme_cosine's rows (every
+    start's X and every start's and end's h) and its Adam passes (spans × epochs)."""
+    from jtc.runs.resources import memory_mb, runtime_minutes, stage_shape
+
+    monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
+    shapes = {}
+    for variants in (["drop", "replaceme"], ["drop", "replaceme", VARIANT]):
+        pruning = {"lengths": [2], "variants": variants, "cosine": {"epochs": 3}}
+        config = validate_config({**BASE, "pruning": pruning})
+        shapes[len(variants)] = stage_shape("calibrate_pruning", config, "m", "train")
+    without, with_cosine = shapes[2], shapes[3]
+    layers = without.layers
+    assert (without.cosine_rows, without.cosine_passes) == (0, 0)
+    starts = len(spans(layers, [2], VARIANT))  # 1..L-2; states 1..L
+    assert with_cosine.cosine_rows == starts + layers
+    assert with_cosine.cosine_passes == 3 * starts
+    for request in (memory_mb, runtime_minutes):
+        assert request("calibrate_pruning", with_cosine) > request("calibrate_pruning", without)
