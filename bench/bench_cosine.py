@@ -29,9 +29,35 @@ from jtc.model.cache import load_model
 from jtc.pruning.calibrate import CALIBRATION_KEY
 from jtc.pruning.cosine import VARIANT, cosine_rows, fit_cosine_span, span_losses
 from jtc.pruning.inputs import every_token
+from jtc.pruning.pruned import pruned_copy
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.pruning.sums import span_statistics
 from jtc.settings import CosineSettings
+from jtc.shortcuts.maps import ShortcutMap
+
+
+def cross_entropy(model, inputs: list[np.ndarray]) -> float:
+    """Mean next-token cross-entropy (nats) over every position with a next token."""
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for ids in inputs:
+            logits = model(input_ids=torch.as_tensor(ids)[None]).logits[0, :-1].float()
+            target = torch.as_tensor(ids[1:])
+            total += float(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
+            count += len(target)
+    return total / count
+
+
+def pruned_scores(net, adapter, inputs, grams, rows, span, setting) -> dict:
+    """The full model's and the span's pruned models' cross-entropy on `inputs`: least-squares
+    T (replaceme) against the cosine fit's (replaceme_cosine)."""
+    start, length = span
+    fit, least = fit_cosine_span(grams, rows, start, length, setting)
+    scores = {"start": start, "length": length, "full": cross_entropy(net, inputs)}
+    for name, found in (("replaceme", least), (VARIANT, fit)):
+        pruned = pruned_copy(net, adapter, name, start, length, ShortcutMap(found.tensors))
+        scores[name] = cross_entropy(pruned, inputs)
+    return scores
 
 
 def main() -> None:
@@ -47,6 +73,13 @@ def main() -> None:
     parser.add_argument("--starts", help="only these starts, e.g. 10-20")
     parser.add_argument(
         "--holdout", type=int, default=0, help="also score on the first N validation sentences"
+    )
+    parser.add_argument(
+        "--score",
+        action="append",
+        default=[],
+        help="START,LENGTH: also the pruned model's next-token cross-entropy on the --holdout "
+        "sentences with the least-squares and the cosine T (the first setting's)",
     )
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -137,7 +170,15 @@ def main() -> None:
             }
         report["settings"].append(row)
         print(json.dumps(row, default=float), flush=True)
-    print(json.dumps({k: v for k, v in report.items() if k != "settings"}))
+    if args.score and held is not None:
+        first = settings[0]
+        report["scores"] = [
+            pruned_scores(net, adapter, held_inputs, grams, rows, span, first)
+            for span in (tuple(int(v) for v in s.split(",")) for s in args.score)
+        ]
+        for row in report["scores"]:
+            print(json.dumps(row), flush=True)
+    print(json.dumps({k: v for k, v in report.items() if k not in ("settings", "scores")}))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=2, default=float)
