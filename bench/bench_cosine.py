@@ -53,7 +53,7 @@ def pruned_scores(net, adapter, inputs, grams, rows, span, setting) -> dict:
     T (replaceme) against the cosine fit's (replaceme_cosine)."""
     start, length = span
     fit, least = fit_cosine_span(grams, rows, start, length, setting)
-    scores = {"start": start, "length": length, "full": cross_entropy(net, inputs)}
+    scores = {"start": start, "length": length, "sentences": len(inputs)}
     for name, found in (("replaceme", least), (VARIANT, fit)):
         pruned = pruned_copy(net, adapter, name, start, length, ShortcutMap(found.tensors))
         scores[name] = cross_entropy(pruned, inputs)
@@ -80,6 +80,9 @@ def main() -> None:
         default=[],
         help="START,LENGTH: also the pruned model's next-token cross-entropy on the --holdout "
         "sentences with the least-squares and the cosine T (the first setting's)",
+    )
+    parser.add_argument(
+        "--score-sentences", type=int, default=32, help="of the --holdout sentences, scored"
     )
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -172,8 +175,10 @@ def main() -> None:
         print(json.dumps(row, default=float), flush=True)
     if args.score and held is not None:
         first = settings[0]
+        scored = held_inputs[: args.score_sentences]
         report["scores"] = [
-            pruned_scores(net, adapter, held_inputs, grams, rows, span, first)
+            {"full": cross_entropy(net, scored)}
+            | pruned_scores(net, adapter, scored, grams, rows, span, first)
             for span in (tuple(int(v) for v in s.split(",")) for s in args.score)
         ]
         for row in report["scores"]:
