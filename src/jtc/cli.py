@@ -86,7 +86,11 @@ def _prune_parser(commands, defaults) -> None:
         "--length", type=int, required=True, metavar="N", help="the number of blocks removed"
     )
     sub.add_argument(
-        "--variant", choices=["replaceme", "drop", "rotation", "rotation_replaceme"], required=True
+        "--variant",
+        choices=["replaceme", "drop", "rotation", "rotation_replaceme", "replaceme_cosine"],
+        required=True,
+        help="replaceme_cosine: replaceme's transform fitted on the cosine distance, folded the "
+        "same way",
     )
     sub.add_argument(
         "--maps",

@@ -166,6 +166,23 @@ class ExampleSettings(Settings):
 
 
 @dataclasses.dataclass(frozen=True)
+class CosineSettings(Settings):
+    """replaceme_cosine's fit (config pruning.cosine, jtc.pruning.cosine): Adam on the mean
+    cosine distance 1 - cos(X T + r_i, h_{i+n}) over the calibration tokens, started from
+    replaceme's least-squares T, in shuffled minibatches of calibration tokens."""
+
+    BLOCK: ClassVar[str] = "pruning"
+    SUB_BLOCK: ClassVar[str | None] = "cosine"
+
+    epochs: int
+    """Passes over the calibration tokens."""
+    learning_rate: float
+    """Adam's learning rate."""
+    batch_tokens: int
+    """Calibration tokens per Adam step."""
+
+
+@dataclasses.dataclass(frozen=True)
 class CalibrationSettings(Settings):
     """Depth pruning's calibration (config pruning): the span maps, fitted on every token of the
     calibration sentences, and the statistics that choose a span."""
@@ -185,6 +202,13 @@ class CalibrationSettings(Settings):
     (G + α·(tr(G)/d)·I) W = C; 0: plain least squares."""
     skip_first_token: bool
     """Leave each calibration sentence's first token out of the sums (maps and selection)."""
+    cosine: CosineSettings
+    """replaceme_cosine's Adam fit (config pruning.cosine); a mapping becomes a CosineSettings
+    (keys it lacks take the schema's defaults, as the config check fills them)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cosine, Mapping):
+            object.__setattr__(self, "cosine", CosineSettings.defaults(**self.cosine))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,8 @@ from torch import nn
 
 from jtc.data.extract import pad_token_id
 from jtc.model.adapters import adapter_of
+from jtc.pruning.cosine import VARIANT as COSINE
+from jtc.pruning.cosine import cosine_fits
 from jtc.pruning.fits import (
     LINEAR_VARIANTS,
     TIE,
@@ -95,11 +97,18 @@ def calibrate(
         skip_first_token=settings.skip_first_token,
     )
     rank = settings.rank or default_rank(width)
-    fits = [
-        fit_span(grams, variant, start, n, rank, settings.ridge)
+    fitted = {
+        variant: [
+            fit_span(grams, variant, start, n, rank, settings.ridge)
+            for start, n in spans(num_layers, lengths, variant)
+        ]
         for variant in settings.variants
-        for start, n in spans(num_layers, lengths, variant)
-    ]
+        if variant != COSINE
+    }
+    if COSINE in settings.variants:  # Adam on the token rows: one more pass (jtc.pruning.cosine)
+        pad, todo = pad_token_id(tokenizer), spans(num_layers, lengths, COSINE)
+        fitted[COSINE] = cosine_fits(net, adapter, inputs, grams, todo, settings, batch_size, pad)
+    fits = [fit for variant in settings.variants for fit in fitted[variant]]
     chosen = select_spans(grams, fits, lengths, settings.variants)
     for line in calibration_warnings(model, corpus, grams.tokens, width, count, chosen):
         log.warning("%s", line)

@@ -44,8 +44,9 @@ from jtc.pruning.map_file import load_stand_in
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
 from jtc.pruning.spans import MLP_FOLDED, ROTATED
 
-VARIANTS = ("replaceme", "drop", "rotation", "rotation_replaceme")
-FOLDED = ("replaceme", "rotation", "rotation_replaceme")  # a map folded (the others: none)
+VARIANTS = ("replaceme", "drop", "rotation", "rotation_replaceme", "replaceme_cosine")
+# the variants whose map is folded (the others: none)
+FOLDED = ("replaceme", "rotation", "rotation_replaceme", "replaceme_cosine")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
 DESCRIPTION = "pruning.json"
 

@@ -126,6 +126,9 @@ class SpanFit:
     tensors: dict[str, np.ndarray]
     solver: str
     loss: float
+    # the mean cosine distance 1 - cos(ĥ_{i+n}, h_{i+n}) over the calibration tokens, where
+    # the fit measured it (replaceme_cosine's objective, jtc.pruning.cosine), else None
+    cosine_distance: float | None = None
 
 
 def _squared_error(yy: float, w: np.ndarray, cross: np.ndarray, gram: np.ndarray) -> float:
@@ -223,7 +226,14 @@ TIE = 1e-6
 # the variants with a fitted map (rotation's d(d-1)/2 + 1 parameters are determined by fewer
 # tokens than least squares needs, but on fewer tokens than the width Σ h_iᵀh_{i+n} is singular
 # and Q is free on its null space: flagged like the others)
-LINEAR_VARIANTS = ("mat", "low_rank", "replaceme", "rotation", "rotation_replaceme")
+LINEAR_VARIANTS = (
+    "mat",
+    "low_rank",
+    "replaceme",
+    "rotation",
+    "rotation_replaceme",
+    "replaceme_cosine",
+)
 
 
 def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:

@@ -102,13 +102,13 @@ def pruned_copy(
     if (variant == "rotation_replaceme") != (rotation is not None):
         raise ValueError(f"the {variant} stand-in and its rotation (or none) do not agree")
     pruned = copy.deepcopy(model)
-    if variant in ("drop", "replaceme"):
-        transform = None if variant == "drop" else span_map.tensors["weight"]
-        prune_blocks(pruned, adapter, start, length, transform)
-        return pruned
     if variant == "rotation_replaceme":  # T folded, then s·Q applied to what block i+n+1 reads
         prune_blocks(pruned, adapter, start, length, span_map.tensors["weight"])
         variant, span_map = "rotation", ShortcutMap({"weight": rotation})
+    elif variant == "drop" or variant in MLP_FOLDED:
+        transform = None if variant == "drop" else span_map.tensors["weight"]
+        prune_blocks(pruned, adapter, start, length, transform, variant)
+        return pruned
     elif variant in ON_THE_STREAM:
         prune_blocks(pruned, adapter, start, length, None)
     else:

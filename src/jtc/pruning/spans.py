@@ -15,9 +15,19 @@ from jtc.model.adapters import Adapter, UnsupportedArchitecture
 from jtc.pruning.ffn_site import replaceme_ffn
 from jtc.settings import ExportSettings
 
-VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation", "rotation_replaceme")
-# the variants with a transform T folded into block i's last feed-forward layer (they need X_i)
-MLP_FOLDED = ("replaceme", "rotation_replaceme")
+VARIANTS = (
+    "drop",
+    "mat",
+    "replaceme",
+    "low_rank",
+    "rotation",
+    "rotation_replaceme",
+    "replaceme_cosine",
+)
+# the variants with a transform T folded into block i's last feed-forward layer (its output X
+# becomes X T; they need X_i): ReplaceMe's, fitted by least squares (replaceme) or by Adam on the
+# cosine distance (replaceme_cosine), and with a rotation after it (rotation_replaceme)
+MLP_FOLDED = ("replaceme", "rotation_replaceme", "replaceme_cosine")
 # the variants with a scaled rotation s·Q folded into the embeddings and blocks 1..i
 ROTATED = ("rotation", "rotation_replaceme")
 # the span map part holding rotation_replaceme's (s·Q)ᵀ (its `weight` is ReplaceMe's Tᵀ)
@@ -118,7 +128,8 @@ def exported_caveat(
 
 
 def first_start(variant: str) -> int:
-    """The first start i a variant can use: replaceme needs block i's feed-forward output."""
+    """The first start i a variant can use: replaceme (MLP_FOLDED) needs block i's
+    feed-forward output."""
     return 1 if variant in MLP_FOLDED else 0
 
 

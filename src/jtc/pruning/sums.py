@@ -64,6 +64,17 @@ def every_state(model: nn.Module, adapter: Adapter, ffn: bool) -> Iterator[dict]
             handle.remove()
 
 
+def counted(mask: torch.Tensor, skip_first_token: bool) -> torch.Tensor:
+    """The positions calibration counts of a batch padded on the right (its attention mask):
+    every real token, or with `skip_first_token` every one but each sequence's first (position
+    0; it still runs as context for the others)."""
+    if not skip_first_token:
+        return mask
+    mask = mask.clone()
+    mask[:, 0] = 0
+    return mask
+
+
 def _tokens(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The rows of the real tokens of a batch (B, T, d) -> (N, d), float64."""
     return states[mask.bool()].double()
@@ -105,9 +116,7 @@ def span_statistics(
         for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
             mask = mask.to(device)
             backbone(input_ids=ids.to(device), attention_mask=mask, use_cache=False)
-            if skip_first_token:  # padded on the right: position 0 is every sequence's first
-                mask = mask.clone()
-                mask[:, 0] = 0
+            mask = counted(mask, skip_first_token)
             h = [_tokens(s, mask) for s in kept["states"]]
             tokens += len(h[0])
             squares += torch.stack([(x * x).sum() for x in h])

@@ -31,6 +31,8 @@ CALIBRATION_COLUMNS = {
     # a fitted map (mat, low_rank, replaceme) on fewer calibration tokens than the width:
     # it reproduces them, its calibration_loss is 0 up to rounding and says nothing of the span
     "underdetermined": pa.bool_(),
+    # replaceme_cosine's objective, mean 1 - cos(ĥ_{i+n}, h_{i+n}) (null: not measured)
+    "cosine_distance": pa.float64(),
 }
 # the choice's own calibration: tokens, underdetermined (as above), and the spans whose
 # statistic tied with the chosen one's (within jtc.pruning.fits.TIE): how many (1: no tie) and
@@ -111,6 +113,7 @@ def calibration_table(
             "underdetermined": None
             if width is None
             else underdetermined_fit(fit.variant, grams.tokens, width),
+            "cosine_distance": fit.cosine_distance,
         }
         for fit in fits
     ]

@@ -38,6 +38,7 @@ from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
+COSINE = "replaceme_cosine"  # the pruning variant fitted on the token rows (jtc.pruning.cosine)
 # Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that
 # hold next to no data (2-core machine, 2026-11-27): 420-670 MB with torch and transformers
 # (resolve_model, extract_hidden, decode_predictions of the tiny BERT), 90-240 MB without torch
@@ -69,6 +70,10 @@ class Shape:
     runs: int = 1  # replace_parts: jump layers × variants; run_pruned: spans × variants
     jumps: int = 1
     matrices: int = 0  # calibrate_pruning: the d × d float64 sums it holds
+    # calibrate_pruning with replaceme_cosine (jtc.pruning.cosine): the (tokens, d) float32
+    # rows it keeps (starts and states), and its Adam passes (spans × epochs)
+    cosine_rows: int = 0
+    cosine_passes: int = 0
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
     batch: int = 32  # run_benchmarks: lm-eval's requests per batch (config batch_size)
 
@@ -192,8 +197,14 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         calibration = CalibrationSettings.from_config(config)
         lengths = resolved_lengths(calibration.lengths, shape.layers)
         plan = StatisticsPlan.of(shape.layers, lengths, calibration.variants)
+        cosine = spans(shape.layers, lengths, COSINE) if COSINE in calibration.variants else []
+        kept = len({i for i, _ in cosine}) + len({k for i, n in cosine for k in (i, i + n)})
         return dataclasses.replace(
-            shape, rows=calibration.calibration_sentences, matrices=plan.matrices()
+            shape,
+            rows=calibration.calibration_sentences,
+            matrices=plan.matrices(),
+            cosine_rows=kept,
+            cosine_passes=len(cosine) * calibration.cosine.epochs,
         )
     span_runs = SpanRunSettings.from_config(config)
     lengths = resolved_lengths(span_runs.lengths, shape.layers)
@@ -326,6 +337,9 @@ def _data_mb(stage: str, shape: Shape) -> float:
         # every position, float32 as captured and float64 as summed (32 sentences)
         batch_mb = 32 * s.tokens * (2 * s.layers + 1) * s.width * 12 / 1e6
         need = s.model_mb + s.matrices * square_mb + batch_mb + 64
+        # replaceme_cosine's rows (half the longest sentence on average), as kept and once
+        # gathered again from the batches' parts
+        need += 2 * s.cosine_rows * s.rows * s.tokens / 2 * s.width * 4 / 1e6
     elif stage == "run_pruned":  # the model, the head in float32, every sentence's states at
         # every position (2L + 1 sites), decoding chunks, one map
         need = s.model_mb + s.head_mb + 3 * 64 + (2 * s.layers + 1) * sequence_mb + square_mb
@@ -358,6 +372,9 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         # d × d products of the sums
         tokens = s.rows * s.tokens / 2
         flop = 2 * s.parameters * tokens + 2 * s.matrices * s.width**2 * tokens
+        if s.cosine_passes:  # replaceme_cosine: a second forward pass, and per Adam pass
+            # (span × epoch) two d × d products of every token (prediction, gradient)
+            flop += 2 * s.parameters * tokens + 4 * s.cosine_passes * s.width**2 * tokens
     elif stage == "context_perplexity":  # every model on every window token (the pruned
         # ones have fewer blocks: counted whole)
         flop = s.runs * 2 * s.parameters * s.rows * s.tokens

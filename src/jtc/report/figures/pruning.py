@@ -16,7 +16,15 @@ from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator  # noqa: 
 from jtc.report.figures.common import BAND_ALPHA, method_style, save_figure  # noqa: E402
 
 # the order of depth pruning's variants and selection rules in the figures (others after, sorted)
-PRUNING_VARIANTS = ("drop", "mat", "replaceme", "low_rank", "rotation", "rotation_replaceme")
+PRUNING_VARIANTS = (
+    "drop",
+    "mat",
+    "replaceme",
+    "low_rank",
+    "rotation",
+    "rotation_replaceme",
+    "replaceme_cosine",
+)
 PRUNING_SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
 RATIO_LABEL = "perplexity ratio\n(pruned / full, log scale)"
 
