@@ -13,19 +13,11 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator  # noqa: E402
 
+from jtc.pruning.spans import SELECTIONS, VARIANTS  # noqa: E402
 from jtc.report.figures.common import BAND_ALPHA, method_style, save_figure  # noqa: E402
 
 # the order of depth pruning's variants and selection rules in the figures (others after, sorted)
-PRUNING_VARIANTS = (
-    "drop",
-    "mat",
-    "replaceme",
-    "low_rank",
-    "rotation",
-    "rotation_replaceme",
-    "replaceme_cosine",
-)
-PRUNING_SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
+PRUNING_VARIANTS, PRUNING_SELECTIONS = VARIANTS, SELECTIONS
 RATIO_LABEL = "perplexity ratio\n(pruned / full, log scale)"
 
 
