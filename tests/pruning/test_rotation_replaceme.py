@@ -61,12 +61,12 @@ def test_the_joint_fit_is_never_worse_than_either_alone_and_its_loss_is_the_dire
     joint = fit_span(grams, "rotation_replaceme", 1, 1, rank=1)
     alone = {v: fit_span(grams, v, 1, 1, rank=1).loss for v in ("replaceme", "rotation")}
     assert joint.loss <= min(alone.values()) + 1e-12
-    assert joint.loss == pytest.approx(direct_loss(joint.tensors, h, x, y), rel=1e-7, abs=1e-12)
+    assert joint.loss == pytest.approx(direct_loss(joint.tensors, h, x, y), rel=1e-7, abs=1e-9)
     turn = joint.tensors["rotation"].T
     scale = np.linalg.norm(turn) / np.sqrt(WIDTH)
     np.testing.assert_allclose(turn.T @ turn / scale**2, np.eye(WIDTH), atol=1e-10)
     if noise == 0.0:  # the generating stand-in is reachable: both alone miss it, the joint not
-        assert min(alone.values()) > 1e-2 and joint.loss < 1e-20
+        assert min(alone.values()) > 1e-2 and joint.loss < 1e-9
 
 
 def test_a_ridge_still_gives_a_scaled_rotation_and_a_finite_loss():
