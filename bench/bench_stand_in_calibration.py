@@ -24,8 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from common import ratio_interval  # noqa: E402
+
 from jtc.data.extract import pad_token_id  # noqa: E402
-from jtc.evaluation.prediction import bootstrap_counts  # noqa: E402
 from jtc.files.io import read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 from jtc.model.cache import load_cached  # noqa: E402
@@ -52,12 +53,13 @@ def one_span_plan(start: int, length: int, variants: list[str]) -> StatisticsPla
 
 
 def ratio(table) -> str:
-    ce = np.asarray(table.column("cross_entropy").to_numpy(), dtype=float)
-    full = np.asarray(table.column("cross_entropy_full").to_numpy(), dtype=float)
-    tokens = np.asarray(table.column("tokens").to_numpy(), dtype=float)
-    counts = bootstrap_counts(len(ce), 2000, 0)
-    low, high = np.quantile(np.exp(counts @ (ce - full) / (counts @ tokens)), [0.025, 0.975])
-    return f"{np.exp((ce - full).sum() / tokens.sum()):.3f} [{low:.2f}, {high:.2f}]"
+    point, low, high = ratio_interval(
+        *(
+            np.asarray(table.column(c).to_numpy(), dtype=float)
+            for c in ("cross_entropy", "cross_entropy_full", "tokens")
+        )
+    )
+    return f"{point:.3f} [{low:.2f}, {high:.2f}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,19 +23,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from jtc.evaluation.prediction import bootstrap_counts  # noqa: E402
-
-RESAMPLES, SEED, LEVEL = 2000, 0, 0.95
-
-
-def ratio_interval(ce: np.ndarray, full: np.ndarray, tokens: np.ndarray) -> tuple[float, ...]:
-    """(ratio, low, high) of exp(Σ(ce − full) / Σ tokens), resampling the units (rows)."""
-    counts = bootstrap_counts(len(ce), RESAMPLES, SEED)
-    point = float(np.exp((ce - full).sum() / tokens.sum()))
-    resampled = np.exp((counts @ (ce - full)) / (counts @ tokens))
-    tail = (1 - LEVEL) / 2
-    low, high = np.quantile(resampled, [tail, 1 - tail])
-    return point, float(low), float(high)
+from common import ratio_interval  # noqa: E402
 
 
 def unit_sums(rows: list[dict], key: str) -> dict[int, tuple[float, float, float]]:

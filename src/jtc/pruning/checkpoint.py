@@ -78,9 +78,9 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
     return None
 
 
-def transform_problem(transform: np.ndarray, width: int, variant: str = "replaceme") -> str | None:
-    """Why `transform` is not a (width, width) matrix of finite values (with `variant` 'rotation':
-    a positive multiple of an orthogonal one), else None."""
+def transform_problem(transform: np.ndarray, width: int, rotation: bool = False) -> str | None:
+    """Why `transform` is not a (width, width) matrix of finite values (a `rotation`: a positive
+    multiple of an orthogonal one), else None."""
     weight = np.asarray(transform)
     if weight.shape != (width, width):
         return (
@@ -89,7 +89,7 @@ def transform_problem(transform: np.ndarray, width: int, variant: str = "replace
         )
     if not np.isfinite(weight).all():
         return "the transform has non-finite values (NaN or inf)"
-    if variant == "rotation":
+    if rotation:
         try:
             rotate.split_rotation(weight)
         except ValueError as exc:
@@ -117,7 +117,7 @@ def folded_problem(
         if (value is not None) != wanted:
             return f"variant '{variant}' and its {name} (or none) do not agree"
         if value is not None:
-            problem = transform_problem(value, width, name)
+            problem = transform_problem(value, width, rotation=name == "rotation")
             if problem:
                 return f"its {name}: {problem}" if variant == "rotation_replaceme" else problem
     return None
