@@ -31,7 +31,7 @@ from jtc.files.io import read_table  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 from jtc.model.cache import load_cached  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
-from jtc.pruning.fits import fit_span  # noqa: E402
+from jtc.pruning.calibrate import fit_span  # noqa: E402
 from jtc.pruning.inputs import every_token  # noqa: E402
 from jtc.pruning.runs import SpanRun, span_scores  # noqa: E402
 from jtc.pruning.spans import MLP_FOLDED, ROTATION_PART, StatisticsPlan  # noqa: E402

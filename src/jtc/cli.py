@@ -60,11 +60,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _prune_parser(commands, defaults) -> None:
+    from jtc.pruning.variants import EXPORTED, VARIANTS
+
     text = (
-        "write a causal LM with blocks I+1..I+N removed (drop), or replaced by a linear "
-        "transform folded into block I's MLP (replaceme) or a scaled rotation folded into the "
-        "embeddings and blocks 1..I (rotation), or both (rotation_replaceme), as a standard "
-        "checkpoint"
+        "write a causal LM with blocks I+1..I+N removed and VARIANT in their place, folded into "
+        "its weights, as a standard checkpoint"
     )
     sub = commands.add_parser("prune", help=text, description=text, formatter_class=defaults)
     sub.add_argument(
@@ -79,18 +79,16 @@ def _prune_parser(commands, defaults) -> None:
         required=True,
         metavar="I",
         help="the last block kept before the span (blocks are 1..L; 0: the span starts at the "
-        "first block: drop and rotation only); replaceme folds its transform into this block's "
-        "MLP, rotation into the embeddings and blocks 1..I, rotation_replaceme both",
+        "first block, for a variant that does not fold into block I's MLP)",
     )
     sub.add_argument(
         "--length", type=int, required=True, metavar="N", help="the number of blocks removed"
     )
     sub.add_argument(
         "--variant",
-        choices=["replaceme", "drop", "rotation", "rotation_replaceme", "replaceme_cosine"],
+        choices=EXPORTED,
         required=True,
-        help="replaceme_cosine: replaceme's transform fitted on the cosine distance, folded the "
-        "same way",
+        help="; ".join(f"{n}: {VARIANTS[n].formula}, {VARIANTS[n].summary}" for n in EXPORTED),
     )
     sub.add_argument(
         "--maps",
@@ -105,12 +103,16 @@ def _prune_parser(commands, defaults) -> None:
 def _prune(args: argparse.Namespace) -> int:
     from jtc.pruning.checkpoint import DESCRIPTION, export
     from jtc.pruning.export_inputs import export_problem
+    from jtc.pruning.variants import variant_of
 
     try:
-        if args.variant != "drop" and not args.maps:
+        has_map = variant_of(args.variant).has_map
+        if has_map and not args.maps:
             raise ValueError(f"--variant {args.variant} needs --maps FILE (the fitted maps)")
-        if args.variant == "drop" and args.maps:
-            raise ValueError("--variant drop takes no --maps (it removes the blocks as they are)")
+        if not has_map and args.maps:
+            raise ValueError(
+                f"--variant {args.variant} takes no --maps (it removes the blocks as they are)"
+            )
         # each input refused as what it is, by its option, before anything is loaded
         problem = export_problem(args.model_dir, args.maps, ("--model-dir", "--maps"))
         if problem:

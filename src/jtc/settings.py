@@ -192,7 +192,7 @@ class CalibrationSettings(Settings):
     lengths: tuple[int, ...]
     """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
     variants: tuple[str, ...]
-    """What stands in for the removed blocks (drop, mat, replaceme, low_rank)."""
+    """What stands in for the removed blocks (jtc.pruning.variants.VARIANTS)."""
     rank: int | None
     """The low-rank stand-in's rank (low_rank: h_i + h_i B C); None: floor(d/100), NJTC's."""
     calibration_sentences: int
@@ -269,8 +269,8 @@ class ExportSettings(Settings):
     """The selection rule that chooses the span (on calibration sentences; the schema's
     default: angular_distance)."""
     export_variant: str
-    """replaceme (the map folded into the block before the span), drop, or rotation (s·Q folded
-    into the embeddings and the blocks before the span)."""
+    """The exported stand-in, one of pruning.variants that folds into a checkpoint
+    (jtc.pruning.variants.EXPORTED)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -592,7 +592,7 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
 def test_depth_pruning_sums_and_runs_equal_the_cpus():
     """The calibration sums (float64 on the device) and the evaluation runs of every variant,
     on DEVICE and on the CPU: the same sums, maps and per-sentence scores."""
-    from jtc.pruning.fits import fit_span
+    from jtc.pruning.calibrate import fit_span
     from jtc.pruning.runs import SpanRun, span_scores
     from jtc.pruning.spans import StatisticsPlan
     from jtc.pruning.sums import span_statistics

@@ -13,7 +13,8 @@ from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
 from jtc.model.head import Head
-from jtc.pruning.fits import fit_span, select_spans
+from jtc.pruning.calibrate import fit_span
+from jtc.pruning.fits import select_spans
 from jtc.pruning.runs import SpanRun, span_scores
 from jtc.pruning.spans import (
     StatisticsPlan,

@@ -26,7 +26,7 @@ from jtc.model.discover import find_adapter
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning import checkpoint
 from jtc.pruning.checkpoint import export, prune_blocks, write_pruned
-from jtc.pruning.map_file import SpanMapWriter, read_replaceme_map
+from jtc.pruning.map_file import SpanMapWriter, load_span_map
 from jtc.pruning.mlp_fold import fold_problem
 from jtc.shortcuts.maps import save_maps
 
@@ -362,7 +362,7 @@ def test_variant_and_transform_must_agree(cached, tmp_path):
             variant="drop",
             transform=random_transform(),
         )
-    with pytest.raises(ValueError, match="'shortcut' is not one of replaceme, drop"):
+    with pytest.raises(ValueError, match="'shortcut' is not one of drop, replaceme"):
         write_pruned(cached("llama"), tmp_path / "o", start=1, length=1, variant="shortcut")
 
 
@@ -457,14 +457,16 @@ def test_maps_of_another_model_are_refused_naming_both(cached, tmp_path, capsys)
 def test_checksummed_maps_are_verified(tmp_path):
     """A maps file written by jtc (checksums in its header) is checked on read."""
     path = write_maps(tmp_path / "maps.safetensors", [(2, 3)])
-    np.testing.assert_array_equal(read_replaceme_map(path, 2, 3), random_transform(seed=23))
+    np.testing.assert_array_equal(
+        load_span_map(path, "replaceme", 2, 3).tensors["weight"], random_transform(seed=23)
+    )
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # one byte of the tensor's data
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="does not match its checksum"):
-        read_replaceme_map(path, 2, 3)
+        load_span_map(path, "replaceme", 2, 3).tensors["weight"]
     with pytest.raises(CorruptFileError, match="cannot read span map file"):
-        read_replaceme_map(tmp_path / "missing.safetensors", 2, 3)
+        load_span_map(tmp_path / "missing.safetensors", "replaceme", 2, 3)
 
 
 @pytest.mark.slow  # converting SmolLM2's GGUF file: about 20 s

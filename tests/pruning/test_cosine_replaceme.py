@@ -17,16 +17,16 @@ from tiny import SENTENCES, make_model
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.manifest import model_fingerprint
-from jtc.pruning.calibrate import calibrate
+from jtc.pruning.calibrate import calibrate, fit_span
 from jtc.pruning.checkpoint import export
 from jtc.pruning.cosine import cosine_rows, fit_cosine_span, span_losses
 from jtc.pruning.export_check import hooked_logits
-from jtc.pruning.fits import fit_span
 from jtc.pruning.map_file import load_span_map, save_span_maps
 from jtc.pruning.pruned import pruned_copy
 from jtc.pruning.runs import SpanRun, stand_in
-from jtc.pruning.spans import StatisticsPlan, first_start, spans
+from jtc.pruning.spans import StatisticsPlan, spans
 from jtc.pruning.sums import every_state, span_statistics
+from jtc.pruning.variants import variant_of
 from jtc.runs.config import ConfigError, validate_config
 from jtc.settings import CalibrationSettings, CosineSettings
 
@@ -55,7 +55,7 @@ def fitted(request):
 def test_the_variant_needs_replacemes_sums_and_starts_after_the_embeddings():
     alone = StatisticsPlan.of(LAYERS, [2], ["drop", VARIANT])
     assert alone.ffn_pairs == StatisticsPlan.of(LAYERS, [2], ["drop", "replaceme"]).ffn_pairs
-    assert alone.ffn_pairs and first_start(VARIANT) == 1
+    assert alone.ffn_pairs and variant_of(VARIANT).first_start == 1
     assert spans(LAYERS, [2], VARIANT) == spans(LAYERS, [2], "replaceme")
 
 

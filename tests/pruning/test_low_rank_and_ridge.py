@@ -9,9 +9,10 @@ import scipy.linalg
 from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
-from jtc.pruning.fits import fit_span
-from jtc.pruning.spans import VARIANTS, StatisticsPlan, spans
+from jtc.pruning.calibrate import fit_span
+from jtc.pruning.spans import StatisticsPlan, spans
 from jtc.pruning.sums import span_statistics
+from jtc.pruning.variants import VARIANTS
 from jtc.shortcuts.closed_form import cholesky_factor
 from jtc.shortcuts.maps import ShortcutMap
 

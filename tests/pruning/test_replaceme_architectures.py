@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM
 
 from jtc.model.adapters import UnsupportedArchitecture, adapter_of
 from jtc.model.cache import cache_model, load_cached
+from jtc.pruning.calibrate import fit_span
 from jtc.pruning.checkpoint import prune_blocks, write_pruned
-from jtc.pruning.fits import fit_span
 from jtc.pruning.mlp_fold import final_linear, fold_problem
 from jtc.pruning.pruned import pruned_copy, stand_in_state
 from jtc.pruning.spans import StatisticsPlan, pruning_problem

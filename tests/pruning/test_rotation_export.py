@@ -24,9 +24,9 @@ from jtc.cli import main
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.discover import find_adapter
 from jtc.model.manifest import model_fingerprint
+from jtc.pruning.calibrate import fit_span
 from jtc.pruning.checkpoint import export, prune_blocks, write_pruned
 from jtc.pruning.export_check import hooked_logits
-from jtc.pruning.fits import fit_span
 from jtc.pruning.map_file import SpanMapWriter
 from jtc.pruning.pruned import pruned_copy
 from jtc.pruning.rotate import fold_rotation, split_rotation
@@ -173,7 +173,7 @@ def test_layer_norm_and_post_norm_models_are_refused(kind, words, cached, tmp_pa
     assert not (tmp_path / "out").exists()
     m, adapter = make(kind)
     with pytest.raises(ValueError, match=re.escape(words)):
-        prune_blocks(m, adapter, 2, 2, None, "rotation", weight)
+        prune_blocks(m, adapter, 2, 2, rotation=weight)
     assert len(adapter.blocks(m)) == LAYERS  # nothing changed
 
 
@@ -205,7 +205,7 @@ def test_the_fitted_rotation_run_in_memory_is_the_exported_one(kind, tied):
     fit = fit_span(grams, "rotation", 2, 2, rank=1)
     hooked = pruned_copy(m, adapter, "rotation", 2, 2, ShortcutMap(fit.tensors))
     folded = copy.deepcopy(m)
-    prune_blocks(folded, adapter, 2, 2, None, "rotation", fit.tensors["weight"])
+    prune_blocks(folded, adapter, 2, 2, rotation=fit.tensors["weight"])
     with torch.no_grad():
         want = hooked(**ids(), use_cache=False).logits
         got = folded(**ids(), use_cache=False).logits

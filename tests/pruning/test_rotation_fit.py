@@ -8,11 +8,13 @@ import pytest
 from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
-from jtc.pruning.fits import SpanGrams, fit_span, select_spans, underdetermined_fit
+from jtc.pruning.calibrate import fit_span
+from jtc.pruning.fits import SpanGrams, select_spans, underdetermined_fit
 from jtc.pruning.map_file import load_span_map, save_span_maps
-from jtc.pruning.spans import VARIANTS, StatisticsPlan, spans
+from jtc.pruning.spans import StatisticsPlan, spans
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
+from jtc.pruning.variants import VARIANTS
 from jtc.shortcuts.maps import ShortcutMap
 
 WIDTH, TOKENS = 8, 200

@@ -16,13 +16,15 @@ from tiny import SENTENCES
 
 from jtc.model.cache import cache_model
 from jtc.model.manifest import model_fingerprint
+from jtc.pruning.calibrate import fit_span
 from jtc.pruning.checkpoint import export, prune_blocks
 from jtc.pruning.export_check import hooked_logits
-from jtc.pruning.fits import SpanGrams, fit_span
+from jtc.pruning.fits import SpanGrams
 from jtc.pruning.map_file import load_stand_in, save_span_maps
 from jtc.pruning.pruned import pruned_copy, stand_in_module, stand_in_state
 from jtc.pruning.spans import StatisticsPlan
 from jtc.pruning.sums import every_state, span_statistics
+from jtc.shortcuts.maps import ShortcutMap
 
 WIDTH, TOKENS, EPS = 8, 300, 1e-9
 
@@ -124,9 +126,7 @@ def test_the_fitted_stand_in_runs_in_memory_folds_and_exports(kind, tied, tmp_pa
     torch.testing.assert_close(read["h"], state, rtol=1e-4, atol=1e-5)
 
     folded = copy.deepcopy(m)
-    prune_blocks(
-        folded, adapter, start, length, span_map.tensors["weight"], "rotation_replaceme", rotation
-    )
+    prune_blocks(folded, adapter, start, length, span_map.tensors["weight"], rotation)
     with torch.no_grad():
         got = folded(**batch(), use_cache=False).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-4
@@ -159,7 +159,7 @@ def test_a_rotation_replaceme_map_without_its_rotation_is_refused(tmp_path):
         load_stand_in(maps, "rotation_replaceme", 1, 1)
     m, adapter = make("llama")
     with pytest.raises(ValueError, match="its rotation \\(or none\\) do not agree"):
-        prune_blocks(m, adapter, 1, 1, np.eye(32), "rotation_replaceme")
+        pruned_copy(m, adapter, "rotation_replaceme", 1, 1, ShortcutMap({"weight": np.eye(32)}))
     assert len(adapter.blocks(m)) == LAYERS  # nothing changed
 
 

@@ -10,8 +10,8 @@ import pytest
 from tiny import SENTENCES, make_model
 
 from jtc.model.adapters import get_adapter
-from jtc.pruning.calibrate import calibration_warnings
-from jtc.pruning.fits import TIE, fit_span, select_spans
+from jtc.pruning.calibrate import calibration_warnings, fit_span
+from jtc.pruning.fits import TIE, select_spans
 from jtc.pruning.spans import StatisticsPlan, exported_caveat, exported_span, spans
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table

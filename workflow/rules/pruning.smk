@@ -1,5 +1,5 @@
 # Depth pruning with linear shortcuts (docs/method.md): remove n consecutive blocks and stand in
-# for them (drop, mat, replaceme, low_rank, rotation, rotation_replaceme). One calibrate_pruning
+# for them (the variants of jtc.pruning.variants). One calibrate_pruning
 # job per (model, corpus) sums what every span needs over every token of the calibration
 # sentences, fits every span's maps and chooses a span per length and selection rule; one
 # run_pruned job runs every span on the evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`

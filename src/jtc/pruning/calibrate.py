@@ -6,6 +6,7 @@ every span is fitted from those sums and each selection rule chooses a span per 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -13,17 +14,8 @@ from torch import nn
 
 from jtc.data.extract import pad_token_id
 from jtc.model.adapters import adapter_of
-from jtc.pruning.cosine import VARIANT as COSINE
-from jtc.pruning.cosine import cosine_fits
-from jtc.pruning.fits import (
-    LINEAR_VARIANTS,
-    TIE,
-    Selected,
-    SpanFit,
-    fit_span,
-    select_spans,
-    underdetermined_fit,
-)
+from jtc.pruning import cosine, fits
+from jtc.pruning.fits import TIE, Selected, SpanFit, SpanGrams, select_spans, underdetermined_fit
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import MODEL_FINGERPRINT
 from jtc.pruning.spans import (
@@ -35,11 +27,34 @@ from jtc.pruning.spans import (
 )
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
+from jtc.pruning.variants import variant_of, with_map
 from jtc.settings import CalibrationSettings
 from jtc.shortcuts.methods import default_rank
 
 log = logging.getLogger(__name__)
 CALIBRATION_KEY = "pruning.calibration_sentences"
+# the modules the variants' fits live in (jtc.pruning.variants names each fit "module:function");
+# imported here, so that the code tracker (jtc.runs.tracking) counts them as the calibration's
+FIT_MODULES = {m.__name__: m for m in (fits, cosine)}
+
+
+def fit_function(variant: str) -> Callable:
+    """The fit of `variant` (its record's `fit`)."""
+    module, name = variant_of(variant).fit.split(":")
+    return getattr(FIT_MODULES[module], name)
+
+
+def fit_span(
+    grams: SpanGrams, variant: str, start: int, length: int, rank: int, ridge: float = 0.0
+) -> SpanFit:
+    """A variant's map for one span from the calibration sums (`rank`: low_rank's; `ridge`: the
+    relative ridge α of the closed-form fits, 0 for least squares): its record's fit."""
+    record = variant_of(variant)
+    if record.fitted_on != "sums":
+        raise ValueError(f"{variant} is fitted on the calibration tokens' rows, not on sums")
+    if start < record.first_start:
+        raise ValueError(f"{variant} needs start >= 1: block 0 (the embeddings) has no MLP")
+    return fit_function(variant)(grams, start, length, rank, ridge)
 
 
 @dataclass(frozen=True)
@@ -97,17 +112,21 @@ def calibrate(
         skip_first_token=settings.skip_first_token,
     )
     rank = settings.rank or default_rank(width)
+    records = [variant_of(v) for v in settings.variants]
     fitted = {
-        variant: [
-            fit_span(grams, variant, start, n, rank, settings.ridge)
-            for start, n in spans(num_layers, lengths, variant)
+        v.name: [
+            fit_span(grams, v.name, start, n, rank, settings.ridge)
+            for start, n in spans(num_layers, lengths, v.name)
         ]
-        for variant in settings.variants
-        if variant != COSINE
+        for v in records
+        if v.fitted_on == "sums"
     }
-    if COSINE in settings.variants:  # Adam on the token rows: one more pass (jtc.pruning.cosine)
-        pad, todo = pad_token_id(tokenizer), spans(num_layers, lengths, COSINE)
-        fitted[COSINE] = cosine_fits(net, adapter, inputs, grams, todo, settings, batch_size, pad)
+    for v in records:  # fitted on the token rows: one more pass each (jtc.pruning.cosine)
+        if v.fitted_on == "rows":
+            todo, pad = spans(num_layers, lengths, v.name), pad_token_id(tokenizer)
+            fitted[v.name] = fit_function(v.name)(
+                net, adapter, inputs, grams, todo, settings, batch_size, pad
+            )
     fits = [fit for variant in settings.variants for fit in fitted[variant]]
     chosen = select_spans(grams, fits, lengths, settings.variants)
     for line in calibration_warnings(model, corpus, grams.tokens, width, count, chosen):
@@ -150,7 +169,7 @@ def calibration_warnings(
     """The calibration's warnings: maps fitted on fewer tokens than the width (one line), and
     every choice a tie decided (one line each, naming the tied spans)."""
     lines = []
-    fitted = list(dict.fromkeys(s.variant for s in chosen if s.variant in LINEAR_VARIANTS))
+    fitted = with_map(dict.fromkeys(s.variant for s in chosen))
     if fitted and underdetermined_fit(fitted[0], tokens, width):
         lines.append(underdetermined_message(model, corpus, fitted, tokens, width, sentences))
     for s in chosen:

@@ -42,11 +42,8 @@ from jtc.pruning.export_check import check_batch, check_export, check_fold, hook
 from jtc.pruning.export_inputs import export_problem
 from jtc.pruning.map_file import load_stand_in
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
-from jtc.pruning.spans import MLP_FOLDED, ROTATED
+from jtc.pruning.variants import EXPORTED, ROTATION_PART, VARIANTS, variant_of
 
-VARIANTS = ("replaceme", "drop", "rotation", "rotation_replaceme", "replaceme_cosine")
-# the variants whose map is folded (the others: none)
-FOLDED = ("replaceme", "rotation", "rotation_replaceme", "replaceme_cosine")
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
 DESCRIPTION = "pruning.json"
 
@@ -54,10 +51,9 @@ DESCRIPTION = "pruning.json"
 # --- pruning in memory ------------------------------------------------------------------------
 
 
-def span_problem(num_layers: int, start: int, length: int, variant: str) -> str | None:
-    """Why blocks start+1..start+length cannot be removed from a model of `num_layers` blocks."""
-    if variant not in VARIANTS:
-        return f"variant '{variant}' is not one of {', '.join(VARIANTS)}"
+def span_problem(num_layers: int, start: int, length: int, transform: bool = False) -> str | None:
+    """Why blocks start+1..start+length cannot be removed from a model of `num_layers` blocks
+    (with a `transform` folded into block start's MLP: start must be 1 or more)."""
     span = f"start {start}, length {length}"
     if length < 1:
         return f"{span}: length must be at least 1 (the number of blocks removed)"
@@ -70,10 +66,23 @@ def span_problem(num_layers: int, start: int, length: int, variant: str) -> str 
             f"{span}: blocks {start + 1}..{start + length} run past the model's {num_layers} "
             f"blocks (start + length ≤ {num_layers})"
         )
-    if variant in MLP_FOLDED and start < 1:
+    if transform and start < 1:
         return (
             f"{span}: ReplaceMe folds its transform into block {start}'s MLP, and block 0 is "
             "the embeddings: start must be 1 or more (or use --variant drop)"
+        )
+    return None
+
+
+def exported_variant_problem(variant: str) -> str | None:
+    """Why `variant` cannot be exported (unknown, or measured in memory only), else None."""
+    if variant not in VARIANTS:
+        return f"variant '{variant}' is not one of {', '.join(EXPORTED)}"
+    record = VARIANTS[variant]
+    if not record.exported:
+        return (
+            f"variant '{variant}' cannot be exported: {record.not_exported} (exported: "
+            f"{', '.join(EXPORTED)})"
         )
     return None
 
@@ -98,9 +107,11 @@ def transform_problem(transform: np.ndarray, width: int, rotation: bool = False)
 
 
 def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str) -> str | None:
-    """Why `variant`'s map cannot be folded into this model at `start` (drop: never)."""
-    problem = fold_problem(model, adapter, start) if variant in MLP_FOLDED else None
-    if problem is None and variant in ROTATED:
+    """Why `variant`'s map cannot be folded into this model at `start` (drop: never): each fold
+    site of its record (jtc.pruning.variants) checks the model."""
+    record = variant_of(variant)
+    problem = fold_problem(model, adapter, start) if record.folded_part("mlp") else None
+    if problem is None and record.folded_part("stream"):
         problem = rotate.rotation_problem(model, adapter, start)
     return problem
 
@@ -108,18 +119,16 @@ def variant_problem(model: nn.Module, adapter: Adapter, start: int, variant: str
 def folded_problem(
     transform: np.ndarray | None, rotation: np.ndarray | None, width: int, variant: str
 ) -> str | None:
-    """Why a variant's transform (MLP_FOLDED) and rotation (ROTATED) are missing, unexpected or
-    malformed, else None."""
-    for name, value, wanted in (
-        ("transform", transform, variant in MLP_FOLDED),
-        ("rotation", rotation, variant in ROTATED),
-    ):
-        if (value is not None) != wanted:
+    """Why a variant's transform (its part folded into block i's MLP) and rotation (its part
+    folded into the stream) are missing, unexpected or malformed, else None."""
+    record = variant_of(variant)
+    for name, value, site in (("transform", transform, "mlp"), ("rotation", rotation, "stream")):
+        if (value is not None) != (record.folded_part(site) is not None):
             return f"variant '{variant}' and its {name} (or none) do not agree"
         if value is not None:
-            problem = transform_problem(value, width, rotation=name == "rotation")
+            problem = transform_problem(value, width, rotation=site == "stream")
             if problem:
-                return f"its {name}: {problem}" if variant == "rotation_replaceme" else problem
+                return f"its {name}: {problem}" if len(record.folds or {}) > 1 else problem
     return None
 
 
@@ -128,24 +137,24 @@ def prune_blocks(
     adapter: Adapter,
     start: int,
     length: int,
-    transform: np.ndarray | None,
-    variant: str | None = None,
+    transform: np.ndarray | None = None,
     rotation: np.ndarray | None = None,
 ) -> None:
     """Remove blocks start+1..start+length (1-based) of `model` in place, folding `transform`
     (weight (d, d), new MLP output X @ weight.T; None: none) into block `start`'s MLP final
-    linear layer (replaceme, rotation_replaceme), then `rotation` (s·Q)ᵀ into the embeddings and
-    blocks 1..start (rotation, rotation_replaceme; jtc.pruning.rotate). Without `variant`: drop,
-    or replaceme with a transform. The config follows (num_hidden_layers, per-layer lists such
-    as layer_types) and the attention modules' layer_idx are renumbered for generate's KV
-    cache. Everything is checked before anything changes."""
+    linear layer (fold site "mlp", jtc.pruning.variants), then `rotation` (s·Q)ᵀ into the
+    embeddings and blocks 1..start (fold site "stream", jtc.pruning.rotate); neither: the
+    blocks are dropped. The config follows (num_hidden_layers, per-layer lists such as
+    layer_types) and the attention modules' layer_idx are renumbered for generate's KV cache.
+    Everything is checked before anything changes."""
     blocks = adapter.blocks(model)
     num_layers = len(blocks)
-    variant = variant or ("drop" if transform is None else "replaceme")
     config = model.config.get_text_config()
-    problem = span_problem(num_layers, start, length, variant) or folded_problem(
-        transform, rotation, int(config.hidden_size), variant
-    )
+    width = int(config.hidden_size)
+    problem = span_problem(num_layers, start, length, transform is not None)
+    for value, is_rotation in ((transform, False), (rotation, True)):
+        if problem is None and value is not None:
+            problem = transform_problem(value, width, rotation=is_rotation)
     if problem:
         raise ValueError(problem)
     if getattr(config, "scale_attn_by_inverse_layer_idx", False) and start + length < num_layers:
@@ -187,20 +196,24 @@ def export(
     force: bool = False,
     caveat: str | None = None,
 ) -> Path:
-    """write_pruned, for replaceme, rotation and rotation_replaceme with the span's map read from
-    the maps file `maps` (which pruning.json names); drop reads no maps. A model folder that is
-    no jtc model cache, or a maps file that is no span maps file or was fitted on another model
-    than `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
+    """write_pruned, for an exported variant with a map, the span's map read from the maps file
+    `maps` (which pruning.json names), each part folded where its record says
+    (jtc.pruning.variants: folds); drop reads no maps. A model folder that is no jtc model
+    cache, or a maps file that is no span maps file or was fitted on another model than
+    `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
     transform, rotation, source = None, None, None
-    uses = maps if variant in FOLDED else None  # without: write_pruned says it needs one
+    problem = exported_variant_problem(variant)
+    if problem:
+        raise ValueError(problem)
+    record = VARIANTS[variant]
+    uses = maps if record.has_map else None  # without: write_pruned says it needs one
     problem = export_problem(model_dir, uses)
     if problem:
         raise ValueError(problem)
     if uses is not None:
-        span_map, rotation = load_stand_in(maps, variant, start, length)
-        weight = span_map.tensors["weight"]  # rotation's own (s·Q)ᵀ, else ReplaceMe's Tᵀ
-        transform = weight if variant in MLP_FOLDED else None
-        rotation = weight if variant == "rotation" else rotation
+        span_map, after = load_stand_in(maps, variant, start, length)
+        parts = {**span_map.tensors, **({ROTATION_PART: after} if after is not None else {})}
+        transform, rotation = (parts.get(record.folded_part(s)) for s in ("mlp", "stream"))
         source = f"{maps}: {variant}, start {start}, length {length}"
     return write_pruned(
         model_dir,
@@ -248,15 +261,17 @@ def write_pruned(
     from jtc.model.manifest import cache_problem
 
     out = Path(out)
-    if variant not in VARIANTS:
-        raise ValueError(f"variant '{variant}' is not one of {', '.join(VARIANTS)}")
+    problem = exported_variant_problem(variant)
+    if problem:
+        raise ValueError(problem)
     given = transform is not None or rotation is not None
-    if (variant in FOLDED) != given:
+    if VARIANTS[variant].has_map != given:
+        with_map = ", ".join(n for n in EXPORTED if VARIANTS[n].has_map)
         raise ValueError(
             f"variant '{variant}' needs a transform (--maps FILE)"
             if not given
-            else "variant 'drop' takes no transform (--maps is for the variants with a map: "
-            f"{', '.join(FOLDED)})"
+            else f"variant '{variant}' takes no transform (--maps is for the variants with a "
+            f"map: {with_map})"
         )
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(
@@ -276,7 +291,7 @@ def write_pruned(
         )
     num_layers = len(adapter.blocks(model))
     width = int(model.config.get_text_config().hidden_size)
-    problem = span_problem(num_layers, start, length, variant)
+    problem = span_problem(num_layers, start, length, transform is not None)
     if problem is None and given:
         problem = folded_problem(transform, rotation, width, variant) or variant_problem(
             model, adapter, start, variant
@@ -290,7 +305,7 @@ def write_pruned(
     folded = [f"block {start}: {found[0]}"] if isinstance(found, tuple) else []
     if rotation is not None:
         folded.append(rotate.FOLDED_INTO.format(start=start))
-    prune_blocks(model, adapter, start, length, transform, variant, rotation)
+    prune_blocks(model, adapter, start, length, transform, rotation)
     after = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
     with torch.no_grad():

@@ -4,7 +4,7 @@ not by least squares but by Adam on the mean cosine distance over the calibratio
 
     T = argmin  mean_t  1 - cos(X_t T + r_t, h_{i+n, t}),
 
-started from replaceme's least-squares T (jtc.pruning.fits.fit_span). X_i is block i's
+started from replaceme's least-squares T (jtc.pruning.fits.fit_replaceme). X_i is block i's
 feed-forward output before its residual add and r_i = h_i - X_i the stream it is added to. T
 folds into block i's MLP exactly as replaceme's does (jtc.pruning.mlp_fold), so the pruned model
 is a standard checkpoint.
@@ -36,7 +36,7 @@ from torch import nn
 from jtc.data.extract import padded_batches
 from jtc.logs import Progress
 from jtc.model.adapters import Adapter
-from jtc.pruning.fits import SpanFit, SpanGrams, fit_span
+from jtc.pruning.fits import SpanFit, SpanGrams, fit_replaceme
 from jtc.pruning.sums import counted, every_state
 from jtc.settings import CalibrationSettings, CosineSettings
 
@@ -203,7 +203,7 @@ def fit_cosine_span(
     cosine_distance measured): T by Adam from replaceme's least-squares T (`ridge`: that fit's
     relative ridge), its calibration loss ||ĥ_{i+n} - h_{i+n}||² / ||h_{i+n}||² and mean
     cosine distance over the calibration tokens."""
-    least = fit_span(grams, "replaceme", start, length, rank=1, ridge=ridge)
+    least = fit_replaceme(grams, start, length, rank=1, ridge=ridge)
     x, r, y = rows.span(start, length)
     ls_loss, ls_distance = span_losses(x, r, y, torch.from_numpy(least.tensors["weight"].T))
     seed = SEED + 1000 * length + start

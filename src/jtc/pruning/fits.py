@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from jtc.pruning.joint import fit_rotation_replaceme
-from jtc.pruning.spans import MLP_FOLDED, NONCONTIGUOUS, ROTATION_PART, VARIANTS
+from jtc.pruning.joint import fit_rotation_replaceme as fit_rotation_replaceme_sums
+from jtc.pruning.spans import NONCONTIGUOUS
+from jtc.pruning.variants import ROTATION_PART, variant_of
 from jtc.shortcuts.closed_form import cholesky_factor, reduced_rank_parts
 
 
@@ -136,59 +137,78 @@ def _squared_error(yy: float, w: np.ndarray, cross: np.ndarray, gram: np.ndarray
     return yy - 2.0 * float(np.sum(w * cross)) + float(np.sum(w * (gram @ w)))
 
 
-def fit_span(
-    grams: SpanGrams, variant: str, start: int, length: int, rank: int, ridge: float = 0.0
-) -> SpanFit:
-    """A variant's map for one span, from the calibration sums (`rank`: low_rank's; `ridge`:
-    the relative ridge α of the closed-form fits, 0 for least squares)."""
+def _drop_error(grams: SpanGrams, i: int, j: int) -> float:
+    """||h_j - h_i||² over the calibration tokens."""
+    return float(grams.squares[j]) - 2.0 * grams.dots[i, j] + float(grams.squares[i])
+
+
+def fit_drop(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
+    """drop: no map, h_i in place of h_{i+n}; its calibration loss."""
+    i, j = start, start + length
+    error = _drop_error(grams, i, j)
+    return SpanFit("drop", start, length, {}, "none", max(error, 0.0) / float(grams.squares[j]))
+
+
+def fit_mat(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
+    """mat: h_{i+n} := h_i A by (ridged) least squares."""
     i, j = start, start + length
     yy = float(grams.squares[j])
-    drop_error = yy - 2.0 * grams.dots[i, j] + float(grams.squares[i])  # ||h_j - h_i||²
-    if variant == "drop":
-        return SpanFit(variant, start, length, {}, "none", max(drop_error, 0.0) / yy)
-    if variant == "mat":
-        gram, cross = grams.state_grams[i], grams.state_cross[i, j]
-        w, solver = solve_gram(gram, cross, ridge)
-        error = _squared_error(yy, w, cross, gram)
-        return SpanFit(variant, start, length, {"weight": w.T}, solver, max(error, 0.0) / yy)
-    if variant == "low_rank":
-        # the difference D = h_j - h_i on h_i: Σ h_iᵀD = Σ h_iᵀh_j - Σ h_iᵀh_i
-        gram = grams.state_grams[i]
-        cross = grams.state_cross[i, j] - gram
-        w, solver = solve_gram(gram, cross, ridge)
-        # the best rank-r map for the (ridged) objective: B = 0 is admissible, so its error on
-        # D is at most ||D||², drop's
-        down, up = reduced_rank_parts(w.T, ridged(gram, ridge), rank)
-        w = (up @ down).T
-        error = _squared_error(drop_error, w, cross, gram)
-        tensors = {"down.weight": down, "up.weight": up}
-        return SpanFit(variant, start, length, tensors, solver, max(error, 0.0) / yy)
-    if variant in MLP_FOLDED:
-        if i < 1:
-            raise ValueError(f"{variant} needs start >= 1: block 0 (the embeddings) has no MLP")
-        if variant == "rotation_replaceme":
-            return _joint_fit(grams, start, length, ridge)
-        gram = grams.ffn_grams[i]
-        # the target is Z = h_j - r_i = h_j - h_i + X_i
-        cross = grams.ffn_cross[i, j] - grams.ffn_own[i] + gram
-        t, solver = solve_gram(gram, cross, ridge)
-        zz = (
-            yy
-            + float(grams.squares[i])
-            + float(np.trace(gram))
-            - 2.0 * grams.dots[i, j]
-            + 2.0 * float(np.trace(grams.ffn_cross[i, j]))
-            - 2.0 * float(np.trace(grams.ffn_own[i]))
-        )
-        error = _squared_error(zz, t, cross, gram)
-        return SpanFit(variant, start, length, {"weight": t.T}, solver, max(error, 0.0) / yy)
-    if variant == "rotation":
-        tensors, error = procrustes(grams.state_cross[i, j], float(grams.squares[i]), yy)
-        return SpanFit(variant, start, length, tensors, "svd", max(error, 0.0) / yy)
-    raise ValueError(f"unknown pruning variant '{variant}'; known: {', '.join(VARIANTS)}")
+    gram, cross = grams.state_grams[i], grams.state_cross[i, j]
+    w, solver = solve_gram(gram, cross, ridge)
+    error = _squared_error(yy, w, cross, gram)
+    return SpanFit("mat", start, length, {"weight": w.T}, solver, max(error, 0.0) / yy)
 
 
-def _joint_fit(grams: SpanGrams, start: int, length: int, ridge: float) -> SpanFit:
+def fit_low_rank(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
+    """low_rank: h_{i+n} := h_i + h_i B C, the rank-`rank` reduced-rank regression of the
+    difference D = h_{i+n} - h_i on h_i."""
+    i, j = start, start + length
+    yy = float(grams.squares[j])
+    # the difference D = h_j - h_i on h_i: Σ h_iᵀD = Σ h_iᵀh_j - Σ h_iᵀh_i
+    gram = grams.state_grams[i]
+    cross = grams.state_cross[i, j] - gram
+    w, solver = solve_gram(gram, cross, ridge)
+    # the best rank-r map for the (ridged) objective: B = 0 is admissible, so its error on
+    # D is at most ||D||², drop's
+    down, up = reduced_rank_parts(w.T, ridged(gram, ridge), rank)
+    w = (up @ down).T
+    error = _squared_error(_drop_error(grams, i, j), w, cross, gram)
+    tensors = {"down.weight": down, "up.weight": up}
+    return SpanFit("low_rank", start, length, tensors, solver, max(error, 0.0) / yy)
+
+
+def fit_replaceme(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
+    """replaceme: h_{i+n} := r_i + X_i T, T by (ridged) least squares."""
+    i, j = start, start + length
+    yy = float(grams.squares[j])
+    gram = grams.ffn_grams[i]
+    # the target is Z = h_j - r_i = h_j - h_i + X_i
+    cross = grams.ffn_cross[i, j] - grams.ffn_own[i] + gram
+    t, solver = solve_gram(gram, cross, ridge)
+    zz = (
+        yy
+        + float(grams.squares[i])
+        + float(np.trace(gram))
+        - 2.0 * grams.dots[i, j]
+        + 2.0 * float(np.trace(grams.ffn_cross[i, j]))
+        - 2.0 * float(np.trace(grams.ffn_own[i]))
+    )
+    error = _squared_error(zz, t, cross, gram)
+    return SpanFit("replaceme", start, length, {"weight": t.T}, solver, max(error, 0.0) / yy)
+
+
+def fit_rotation(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
+    """rotation: h_{i+n} := s·h_i Q, the scaled orthogonal Procrustes fit (`ridge`: nothing to
+    regularise, Q is orthogonal whatever the sums)."""
+    i, j = start, start + length
+    yy = float(grams.squares[j])
+    tensors, error = procrustes(grams.state_cross[i, j], float(grams.squares[i]), yy)
+    return SpanFit("rotation", start, length, tensors, "svd", max(error, 0.0) / yy)
+
+
+def fit_rotation_replaceme(
+    grams: SpanGrams, start: int, length: int, rank: int, ridge: float
+) -> SpanFit:
     """rotation_replaceme's closed-form fit (jtc.pruning.joint)."""
     i, j = start, start + length
     gram = grams.ffn_grams[i]
@@ -201,7 +221,7 @@ def _joint_fit(grams: SpanGrams, start: int, length: int, ridge: float) -> SpanF
         solvers.add(how)
         return w
 
-    t, scale, q, error = fit_rotation_replaceme(sums, float(grams.squares[i]), yy, solve)
+    t, scale, q, error = fit_rotation_replaceme_sums(sums, float(grams.squares[i]), yy, solve)
     tensors = {"weight": t.T, ROTATION_PART: (scale * q).T}
     solver = "+".join(sorted(solvers)) + "+svd"
     return SpanFit("rotation_replaceme", start, length, tensors, solver, error / yy)
@@ -223,24 +243,16 @@ def procrustes(cross: np.ndarray, xx: float, yy: float) -> tuple[dict[str, np.nd
 # angles/π and influences, all dimensionless and O(1e-3..1)): a map fitted on fewer calibration
 # tokens than the width reproduces them, so every span's calibration loss is 0 up to rounding
 TIE = 1e-6
-# the variants with a fitted map (rotation's d(d-1)/2 + 1 parameters are determined by fewer
-# tokens than least squares needs, but on fewer tokens than the width Σ h_iᵀh_{i+n} is singular
-# and Q is free on its null space: flagged like the others)
-LINEAR_VARIANTS = (
-    "mat",
-    "low_rank",
-    "replaceme",
-    "rotation",
-    "rotation_replaceme",
-    "replaceme_cosine",
-)
 
 
 def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:
     """Whether a variant's map was fitted on fewer calibration tokens than the width of the
     states it reads (every output coordinate then has more inputs than tokens to fit them: the
-    fit reproduces them and its calibration loss says nothing of the span)."""
-    return variant in LINEAR_VARIANTS and tokens < width
+    fit reproduces them and its calibration loss says nothing of the span; rotation's
+    d(d-1)/2 + 1 parameters are determined by fewer tokens than least squares needs, but on
+    fewer tokens than the width Σ h_iᵀh_{i+n} is singular and Q is free on its null space:
+    flagged like the others)."""
+    return variant_of(variant).has_map and tokens < width
 
 
 @dataclass(frozen=True)
@@ -297,7 +309,7 @@ def select_spans(
                 blocks = tuple(range(best.start + 1, best.start + n + 1))
                 starts = tuple(own[k].start for k in tied)
                 chosen.append(Selected(n, selection, variant, best.start, blocks, starts))
-            if variant == "drop":
+            if not variant_of(variant).has_map:  # dropped: the blocks need not be consecutive
                 lowest = np.argsort(influence, kind="stable")[:n] + 1
                 blocks = tuple(sorted(int(b) for b in lowest))
                 consecutive = blocks == tuple(range(blocks[0], blocks[0] + n))

@@ -17,7 +17,7 @@ from jtc.files.io import CorruptFileError, read_json
 from jtc.files.tensors import read_tensor_file
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning.fits import SpanFit
-from jtc.pruning.spans import ROTATED, ROTATION_PART
+from jtc.pruning.variants import ROTATION_PART, variant_of
 from jtc.shortcuts.maps import PARTS, ShortcutMap, _MapFileWriter
 
 SPAN_FORMAT = "jtc-span-maps-v1"
@@ -122,12 +122,14 @@ def load_span_map(path: str | Path, variant: str, start: int, length: int) -> Sh
 def load_stand_in(
     path: str | Path, variant: str, start: int, length: int
 ) -> tuple[ShortcutMap | None, np.ndarray | None]:
-    """(map, rotation) of one span's stand-in: drop has neither (nothing is read); every other
-    variant its map, and rotation_replaceme also its `rotation` part (s·Q)ᵀ."""
-    if variant == "drop":
+    """(map, rotation) of one span's stand-in: a variant without a map (drop) has neither
+    (nothing is read); every other variant its map, and a rotated one (rotation_replaceme,
+    jtc.pruning.variants) also its ROTATION_PART (s·Q)ᵀ."""
+    record = variant_of(variant)
+    if not record.has_map:
         return None, None
     span_map = load_span_map(path, variant, start, length)
-    if variant == "rotation" or variant not in ROTATED:
+    if not record.rotated:
         return span_map, None
     name = span_tensor_name(variant, start, length, ROTATION_PART)
     tensors, _ = read_tensor_file(path, SPAN_FORMAT, "span map", lambda n: n == name)
@@ -137,12 +139,6 @@ def load_stand_in(
             f"has no '{ROTATION_PART}' part: rerun calibrate_pruning"
         )
     return span_map, tensors[name]
-
-
-def read_replaceme_map(path: str | Path, start: int, length: int) -> np.ndarray:
-    """The ReplaceMe transform of a span (weight (d, d), new MLP output X @ weight.T), its
-    checksum verified."""
-    return load_span_map(path, "replaceme", start, length).tensors["weight"]
 
 
 def model_problem(path: str | Path, model_dir: str | Path) -> str | None:

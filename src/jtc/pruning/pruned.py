@@ -2,15 +2,14 @@
 (jtc.pruning's benchmarks, context perplexity and generation fidelity), an ordinary
 transformers model with blocks start+1..start+length removed.
 
-- drop and replaceme are exactly the checkpoint `snakemake pruned` writes
-  (jtc.pruning.checkpoint.prune_blocks on a copy: replaceme's transform folded into block
-  start's MLP); rotation_replaceme folds its transform the same way and applies its rotation
-  like rotation's;
-- mat, low_rank and rotation act on the residual stream, which no weight owns (rotation folds
-  into the blocks before the span in the exported checkpoint, jtc.pruning.rotate; in memory it
-  is applied like mat, which it equals up to RMSNorm's epsilon): the blocks are removed the
-  same way and a forward pre-hook on what reads h_{i+n} (the first block after the span, or the
-  final norm when the span ends the model) replaces its input by the stand-in computed from h_i.
+What a variant folds into block i's feed-forward layer when exported (jtc.pruning.variants:
+fold site "mlp"; replaceme's T) is folded the same way here (jtc.pruning.checkpoint
+.prune_blocks on a copy), so drop and replaceme are exactly the checkpoint `snakemake pruned`
+writes. The rest of a stand-in acts on the residual stream, which no weight of a pre-norm block
+owns (rotation folds into the blocks before the span in the exported checkpoint,
+jtc.pruning.rotate; in memory it is applied like mat, which it equals up to RMSNorm's epsilon):
+a forward pre-hook on what reads h_{i+n} (the first block after the span, or the final norm when
+the span ends the model) replaces its input by the stand-in computed from it.
 
 The copy's config and its attention modules' layer_idx follow the removed blocks, so that
 `generate` and its KV cache work on every variant.
@@ -27,56 +26,63 @@ from torch import nn
 from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input
 from jtc.pruning.checkpoint import prune_blocks
-from jtc.pruning.spans import MLP_FOLDED
+from jtc.pruning.variants import ROTATION_PART, variant_of
 from jtc.shortcuts.maps import ShortcutMap
 
-# the stand-ins that act on the residual stream h_i itself (applied by a hook, not folded)
-ON_THE_STREAM = ("mat", "low_rank", "rotation")
+
+def _apply(stand_in: str, linear: nn.Module, h: torch.Tensor, x: torch.Tensor | None = None):
+    """The state a stand-in (jtc.pruning.variants.STAND_INS) computes from h_i (and X_i) with
+    the map `linear`, before any rotation."""
+    if stand_in == "map":
+        return linear(h)
+    if stand_in == "difference":
+        return h + linear(h)
+    if stand_in == "ffn":
+        if x is None:
+            raise ValueError("this stand-in needs block i's MLP output X_i")
+        return h - x + linear(x)
+    return h
 
 
 def stand_in_state(
     variant: str, linear: nn.Module | None, h: torch.Tensor, x: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The state that stands in for h_{i+n}, from h_i (and for replaceme block i's MLP output
-    X_i): drop h_i; mat A h_i (rotation s·h_i Q, the same with A = s·Q); low_rank
-    h_i + low-rank(h_i); replaceme r_i + X_i T with
-    r_i = h_i - X_i; rotation_replaceme s·(r_i + X_i T) Q. `linear` is the variant's map as a
-    torch module (stand_in_module; None for drop)."""
+    """The state that stands in for h_{i+n}, from h_i (and, for a variant that reads it, block
+    i's MLP output X_i), as the variant's record says (jtc.pruning.variants: stand_in, then its
+    rotation where it has one): drop h_i; mat A h_i (rotation s·h_i Q, the same with A = s·Q);
+    low_rank h_i + low-rank(h_i); replaceme r_i + X_i T with r_i = h_i - X_i;
+    rotation_replaceme s·(r_i + X_i T) Q. `linear` is the variant's map as a torch module
+    (stand_in_module; None for drop)."""
     if linear is None:
         return h
-    if variant in MLP_FOLDED:
-        if x is None:
-            raise ValueError(f"{variant}'s stand-in needs block i's MLP output X_i")
-        if variant == "rotation_replaceme":
-            return linear["rotation"](h - x + linear["transform"](x))
-        return h - x + linear(x)
-    if variant == "low_rank":
-        return h + linear(h)
-    return linear(h)
+    record = variant_of(variant)
+    if record.rotated:
+        return linear[ROTATION_PART](_apply(record.stand_in, linear["transform"], h, x))
+    return _apply(record.stand_in, linear, h, x)
 
 
 def stand_in_module(
     span_map: ShortcutMap | None, rotation: np.ndarray | None = None, device=None
 ) -> nn.Module | None:
     """A span's stand-in as a torch module on `device` (float32), what stand_in_state takes:
-    its map (None for drop); with rotation_replaceme's `rotation` (s·Q)ᵀ, both as a ModuleDict
-    ("transform": T, "rotation": s·Q)."""
+    its map (None for drop); with a rotated variant's `rotation` (s·Q)ᵀ, both as a ModuleDict
+    ("transform": the map, ROTATION_PART: s·Q)."""
     if span_map is None:
         return None
     linear = span_map.to_torch(device=device)
     if rotation is None:
         return linear
     turn = ShortcutMap({"weight": rotation}).to_torch(device=device)
-    return nn.ModuleDict({"transform": linear, "rotation": turn})
+    return nn.ModuleDict({"transform": linear, ROTATION_PART: turn})
 
 
-def _replacing_input(variant: str, linear: nn.Module):
+def _replacing_input(stand_in: str, linear: nn.Module):
     """A forward pre-hook (with_kwargs=True) that replaces a module's hidden-states input h by
-    the variant's stand-in computed from it, in float32."""
+    what the stand-in `stand_in` computes from it with the map `linear`, in float32."""
 
     def hook(module, args, kwargs):
         hidden = hidden_input(args, kwargs)
-        new = stand_in_state(variant, linear, hidden.float()).to(hidden.dtype)
+        new = _apply(stand_in, linear, hidden.float()).to(hidden.dtype)
         if args:
             return (new, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": new}
@@ -95,24 +101,22 @@ def pruned_copy(
 ) -> nn.Module:
     """A copy of `model` with blocks start+1..start+length (1-based) removed and `variant`
     standing in for them (`span_map`: the span's map from the span map file, None for drop;
-    `rotation`: rotation_replaceme's (s·Q)ᵀ, jtc.pruning.map_file.load_stand_in). `model`
+    `rotation`: a rotated variant's (s·Q)ᵀ, jtc.pruning.map_file.load_stand_in). `model`
     itself is not changed."""
-    if variant != "drop" and span_map is None:
+    record = variant_of(variant)
+    if record.has_map and span_map is None:
         raise ValueError(f"the {variant} stand-in needs the span's map")
-    if (variant == "rotation_replaceme") != (rotation is not None):
+    if record.rotated != (rotation is not None):
         raise ValueError(f"the {variant} stand-in and its rotation (or none) do not agree")
     pruned = copy.deepcopy(model)
-    if variant == "rotation_replaceme":  # T folded, then s·Q applied to what block i+n+1 reads
-        prune_blocks(pruned, adapter, start, length, span_map.tensors["weight"])
-        variant, span_map = "rotation", ShortcutMap({"weight": rotation})
-    elif variant == "drop" or variant in MLP_FOLDED:
-        transform = None if variant == "drop" else span_map.tensors["weight"]
-        prune_blocks(pruned, adapter, start, length, transform, variant)
-        return pruned
-    elif variant in ON_THE_STREAM:
-        prune_blocks(pruned, adapter, start, length, None)
+    folded = record.folded_part("mlp")  # folded as exported: X_i T in block i's MLP
+    prune_blocks(pruned, adapter, start, length, span_map.tensors[folded] if folded else None)
+    if record.rotated:  # what remains acts on the stream: s·Q, on what block i+n+1 reads
+        on_stream, stand_in = ShortcutMap({"weight": rotation}), "map"
+    elif record.has_map and not folded:
+        on_stream, stand_in = span_map, record.stand_in
     else:
-        raise ValueError(f"unknown pruning stand-in '{variant}'")
+        return pruned
     blocks = adapter.blocks(pruned)
     if start < len(blocks):
         reader = blocks[start]  # the first block after the span reads h_{i+n}
@@ -124,7 +128,7 @@ def pruned_copy(
             f"blocks: the {variant} stand-in cannot end the model (shorten the span)"
         )
     device = next(reader.parameters(), next(pruned.parameters())).device
-    linear = span_map.to_torch(device=device)
+    linear = on_stream.to_torch(device=device)
     pruned.jtc_stand_in = linear  # kept with the model (moved by .to() along with it)
-    reader.register_forward_pre_hook(_replacing_input(variant, linear), with_kwargs=True)
+    reader.register_forward_pre_hook(_replacing_input(stand_in, linear), with_kwargs=True)
     return pruned

@@ -35,8 +35,9 @@ from jtc.model.scoring import Reference, final_reference, score
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import load_stand_in
 from jtc.pruning.pruned import stand_in_module, stand_in_state
-from jtc.pruning.spans import MLP_FOLDED, parse_removed, removed_label, resolved_lengths, spans
+from jtc.pruning.spans import parse_removed, removed_label, resolved_lengths, spans
 from jtc.pruning.sums import every_state
+from jtc.pruning.variants import variant_of
 from jtc.settings import SpanRunSettings
 from jtc.shortcuts.maps import ShortcutMap
 
@@ -69,7 +70,7 @@ def stand_in(
     """The state that replaces h_{i+n} in a span run, on `device`, from the unmodified h_i
     (and X_i); `linear` is the run's map as a torch module there (None: drop)."""
     h = states[run.start].to(device)
-    x = ffn[run.start - 1].to(device) if run.variant in MLP_FOLDED else None
+    x = ffn[run.start - 1].to(device) if variant_of(run.variant).reads_ffn else None
     return stand_in_state(run.variant, linear, h, x)
 
 
@@ -213,7 +214,7 @@ def span_scores(
     sentence's states (2L + 1 per position, float32, on the CPU) and one map at a time."""
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
-    ffn = any(r.variant in MLP_FOLDED for r in runs)
+    ffn = any(variant_of(r.variant).reads_ffn for r in runs)
     started = time.perf_counter()
     batches = [
         _unmodified(model, adapter, head, rows, ids, mask, ffn)
@@ -301,7 +302,7 @@ def selected_runs(selection: pa.Table) -> list[SpanRun]:
     runs: dict[tuple[str, str], SpanRun] = {}
     for row in selection.to_pylist():
         if row["start"] < 0:
-            run = SpanRun("drop", -1, row["length"], parse_removed(row["removed"]))
+            run = SpanRun(row["variant"], -1, row["length"], parse_removed(row["removed"]))
         else:
             run = SpanRun.span(row["variant"], row["start"], row["length"])
         runs.setdefault((run.variant, removed_label(run.removed)), run)

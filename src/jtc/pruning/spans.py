@@ -13,33 +13,9 @@ from typing import Any
 
 from jtc.model.adapters import Adapter, UnsupportedArchitecture
 from jtc.pruning.ffn_site import replaceme_ffn
+from jtc.pruning.variants import VARIANTS, variant_of
 from jtc.settings import ExportSettings
 
-VARIANTS = (
-    "drop",
-    "mat",
-    "replaceme",
-    "low_rank",
-    "rotation",
-    "rotation_replaceme",
-    "replaceme_cosine",
-)
-# the variants with a transform T folded into block i's last feed-forward layer (its output X
-# becomes X T; they need X_i): ReplaceMe's, fitted by least squares (replaceme) or by Adam on the
-# cosine distance (replaceme_cosine), and with a rotation after it (rotation_replaceme)
-MLP_FOLDED = ("replaceme", "rotation_replaceme", "replaceme_cosine")
-# the variants with a scaled rotation s·Q folded into the embeddings and blocks 1..i
-ROTATED = ("rotation", "rotation_replaceme")
-# the span map part holding rotation_replaceme's (s·Q)ᵀ (its `weight` is ReplaceMe's Tᵀ)
-ROTATION_PART = "rotation"
-# variants no longer offered: why, and what to list instead
-REPLACED_VARIANTS = {
-    "rrr": (
-        "rrr (a rank-r map h_i -> h_{i+n} that threw the residual stream away) was replaced by "
-        "low_rank (identity plus low rank of the difference: h_{i+n} := h_i + h_i B C, never "
-        "worse than drop on the calibration tokens); list low_rank instead"
-    ),
-}
 # how a span is chosen for each length, on calibration sentences only
 SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
 # lowest_block_influence removes the n blocks of lowest Block Influence, not necessarily
@@ -127,19 +103,11 @@ def exported_caveat(
     return f"the exported span (blocks {removed}) is doubtful: " + "; ".join(notes)
 
 
-def first_start(variant: str) -> int:
-    """The first start i a variant can use: replaceme (MLP_FOLDED) needs block i's
-    feed-forward output."""
-    return 1 if variant in MLP_FOLDED else 0
-
-
 def spans(num_layers: int, lengths: Iterable[int], variant: str) -> list[tuple[int, int]]:
-    """Every (start, length) of a variant: 0 <= i (1 for MLP_FOLDED), i + n <= L."""
-    return [
-        (start, n)
-        for n in sorted(set(lengths))
-        for start in range(first_start(variant), num_layers - n + 1)
-    ]
+    """Every (start, length) of a variant: first_start <= i (1 for a variant that reads block
+    i's feed-forward output, jtc.pruning.variants), i + n <= L."""
+    first = variant_of(variant).first_start
+    return [(start, n) for n in sorted(set(lengths)) for start in range(first, num_layers - n + 1)]
 
 
 def lengths_problem(num_layers: int, lengths: Sequence[int]) -> str | None:
@@ -162,22 +130,23 @@ def pruning_problem(
     variants: Sequence[str],
 ) -> str | None:
     """Why a model cannot be pruned as configured, from what is known of it (None: unknown):
-    a masked LM (every token is scored on the next one), blocks whose feed-forward module
-    replaceme cannot fold into (jtc.pruning.ffn_site), lengths it does not have."""
+    a masked LM (every token is scored on the next one), blocks whose feed-forward output a
+    variant that reads it cannot use (jtc.pruning.ffn_site), lengths it does not have."""
     if task == "masked":
         return (
             f"config key 'pruning.models': model '{name}' is a masked LM; depth pruning scores "
             "every token's next-token prediction, which needs a causal LM"
         )
-    folded = [v for v in variants if v in MLP_FOLDED]
+    folded = [v for v in variants if variant_of(v).reads_ffn]
     if adapter is not None and folded:
         try:
             replaceme_ffn(adapter)
         except UnsupportedArchitecture as err:
+            others = " or ".join(n for n, v in VARIANTS.items() if not v.reads_ffn)
             return (
                 f"config key 'pruning.variants': {', '.join(folded)} folds a transform into "
                 f"each block's feed-forward module (its output X added to the stream, h_i = r_i "
-                f"+ X), and model '{name}': {err}; list drop, mat, low_rank or rotation instead"
+                f"+ X), and model '{name}': {err}; list {others} instead"
             )
     return lengths_problem(num_layers, lengths) if num_layers else None
 
@@ -203,37 +172,34 @@ class StatisticsPlan:
     """Which sums a set of spans and variants needs (what SpanGrams holds)."""
 
     pairs: tuple[tuple[int, int], ...]  # (i, j) with scalar sums: every span, every block
-    state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (mat, low_rank)
-    state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n} (and rotation)
-    ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i (MLP_FOLDED)
+    state_sources: tuple[int, ...]  # i with Σ h_iᵀh_i (sums "state_gram")
+    state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n} ("state_cross")
+    ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i ("ffn")
     ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
 
     @classmethod
     def of(cls, num_layers: int, lengths: Sequence[int], variants: Sequence[str]) -> StatisticsPlan:
+        """The sums the fits of `variants` ask for (jtc.pruning.variants: Variant.sums); the
+        scalar sums of every span of every registered variant, and of every block."""
         blocks = {(b - 1, b) for b in range(1, num_layers + 1)}  # Block Influence
         every = {(i, i + n) for v in VARIANTS for i, n in spans(num_layers, lengths, v)}
-        linear = [
-            (i, i + n)
-            for v in ("mat", "low_rank")
-            if v in variants
-            for i, n in spans(num_layers, lengths, v)
-        ]
-        # rotation needs Σ h_iᵀh_{i+n} only (tr Σ h_iᵀh_i = Σ ||h_i||² is a scalar sum)
-        rotation = [
-            span for v in ROTATED if v in variants for span in spans(num_layers, lengths, v)
-        ]
-        ffn = [
-            (i, i + n)
-            for v in MLP_FOLDED
-            if v in variants
-            for i, n in spans(num_layers, lengths, v)
-        ]
+
+        def asking(sum_name: str) -> set[tuple[int, int]]:
+            """The spans (i, i + n) of the variants whose fits ask for `sum_name`."""
+            return {
+                (i, i + n)
+                for v in variants
+                if sum_name in variant_of(v).sums
+                for i, n in spans(num_layers, lengths, v)
+            }
+
+        ffn = asking("ffn")
         return cls(
             pairs=tuple(sorted(blocks | every)),
-            state_sources=tuple(sorted({i for i, _ in linear})),
-            state_pairs=tuple(sorted(set(linear) | {(i, i + n) for i, n in rotation})),
+            state_sources=tuple(sorted({i for i, _ in asking("state_gram")})),
+            state_pairs=tuple(sorted(asking("state_cross"))),
             ffn_blocks=tuple(sorted({i for i, _ in ffn})),
-            ffn_pairs=tuple(sorted(set(ffn))),
+            ffn_pairs=tuple(sorted(ffn)),
         )
 
     def matrices(self) -> int:

@@ -12,17 +12,41 @@ import jsonschema
 import yaml
 
 from jtc.paths import DOWNLOAD_SUFFIXES
-from jtc.pruning.spans import REPLACED_VARIANTS
+from jtc.pruning.variants import EXPORTED, RETIRED, VARIANTS
 from jtc.settings import SCHEMA, RankSettings, resolved
 from jtc.shortcuts.methods import METHODS
+from jtc.shortcuts.parts import VARIANTS as PART_VARIANTS
 
 
 class ConfigError(ValueError):
     """A config value that is missing, of the wrong type, or out of range."""
 
 
+# the schema's lists whose values are a registry's names (a key's `registry:` keyword; its
+# `enum` is filled in when the schema is loaded, so that no list of names is written twice)
+REGISTRIES = {
+    "shortcut_methods": tuple(METHODS),
+    "submodule_variants": tuple(PART_VARIANTS),
+    "pruning_variants": tuple(VARIANTS),
+    "exported_pruning_variants": EXPORTED,
+}
+
+
+def _with_registries(node: Any) -> Any:
+    """The schema node with every `registry:` keyword's `enum` filled in from REGISTRIES."""
+    if isinstance(node, list):
+        return [_with_registries(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    filled = {k: _with_registries(v) for k, v in node.items()}
+    if "registry" in node:
+        filled["enum"] = list(REGISTRIES[node["registry"]])
+    return filled
+
+
 def load_schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA.read_text())
+    """The config schema (config.schema.yaml) with the registries' names filled in."""
+    return _with_registries(yaml.safe_load(SCHEMA.read_text()))
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -170,8 +194,8 @@ def replaced_variant_problem(config: dict[str, Any]) -> str | None:
     section = config.get("pruning")
     variants = section.get("variants") if isinstance(section, dict) else None
     for variant in variants if isinstance(variants, list) else []:
-        if isinstance(variant, str) and variant in REPLACED_VARIANTS:
-            return f"config key 'pruning.variants': {REPLACED_VARIANTS[variant]}"
+        if isinstance(variant, str) and variant in RETIRED:
+            return f"config key 'pruning.variants': {RETIRED[variant]}"
     return None
 
 

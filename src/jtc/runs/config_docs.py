@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from jtc.settings import SCHEMA, resolved
+from jtc.runs.config import load_schema
+from jtc.settings import resolved
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "config" / "README.md"
@@ -183,9 +184,7 @@ def render(readme: str, schema: Mapping[str, Any], config: Mapping[str, Any]) ->
 
 
 def generated(readme: Path = README, config: Path = DEFAULT_CONFIG) -> str:
-    return render(
-        readme.read_text(), yaml.safe_load(SCHEMA.read_text()), yaml.safe_load(config.read_text())
-    )
+    return render(readme.read_text(), load_schema(), yaml.safe_load(config.read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from jtc.measures.checks import LOGITS_ELEMENTS
 from jtc.model.gguf_header import GGUFHeaderError, GGUFShape, read_shape
 from jtc.model.sources import gguf_files
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
+from jtc.pruning.variants import variant_of
 from jtc.runs.config import split_positions
 from jtc.settings import (
     BenchmarkSettings,
@@ -38,7 +39,6 @@ from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import jump_layers
 
 GFLOPS = 50.0  # sustained throughput assumed for run times
-COSINE = "replaceme_cosine"  # the pruning variant fitted on the token rows (jtc.pruning.cosine)
 # Python, the libraries and Snakemake's script preamble, measured as the peak RSS of jobs that
 # hold next to no data (2-core machine, 2026-11-27): 420-670 MB with torch and transformers
 # (resolve_model, extract_hidden, decode_predictions of the tiny BERT), 90-240 MB without torch
@@ -197,14 +197,22 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         calibration = CalibrationSettings.from_config(config)
         lengths = resolved_lengths(calibration.lengths, shape.layers)
         plan = StatisticsPlan.of(shape.layers, lengths, calibration.variants)
-        cosine = spans(shape.layers, lengths, COSINE) if COSINE in calibration.variants else []
+        # the variants fitted on the token rows (replaceme_cosine, jtc.pruning.cosine): X_i of
+        # every start and h_l of every start and end kept, Adam's epochs over each span
+        rows = [
+            span
+            for v in calibration.variants
+            if variant_of(v).fitted_on == "rows"
+            for span in spans(shape.layers, lengths, v)
+        ]
+        cosine = sorted(set(rows))
         kept = len({i for i, _ in cosine}) + len({k for i, n in cosine for k in (i, i + n)})
         return dataclasses.replace(
             shape,
             rows=calibration.calibration_sentences,
             matrices=plan.matrices(),
             cosine_rows=kept,
-            cosine_passes=len(cosine) * calibration.cosine.epochs,
+            cosine_passes=len(rows) * calibration.cosine.epochs,
         )
     span_runs = SpanRunSettings.from_config(config)
     lengths = resolved_lengths(span_runs.lengths, shape.layers)

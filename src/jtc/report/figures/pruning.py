@@ -13,11 +13,12 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator  # noqa: E402
 
-from jtc.pruning.spans import SELECTIONS, VARIANTS  # noqa: E402
+from jtc.pruning.spans import SELECTIONS  # noqa: E402
+from jtc.pruning.variants import VARIANTS  # noqa: E402
 from jtc.report.figures.common import BAND_ALPHA, method_style, save_figure  # noqa: E402
 
 # the order of depth pruning's variants and selection rules in the figures (others after, sorted)
-PRUNING_VARIANTS, PRUNING_SELECTIONS = VARIANTS, SELECTIONS
+PRUNING_VARIANTS, PRUNING_SELECTIONS = tuple(VARIANTS), SELECTIONS
 RATIO_LABEL = "perplexity ratio\n(pruned / full, log scale)"
 
 
