@@ -163,3 +163,59 @@ def calibration_warnings(
                 "(pruning_selected.csv: tied, tied_removed)"
             )
     return lines
+
+
+def calibrate_spans(
+    net: nn.Module,
+    tokenizer,
+    info: dict,
+    sentences: pa.Table,
+    settings: CalibrationSettings,
+    chosen: list[tuple[int, int]],
+    *,
+    corpus: str,
+    batch_size: int,
+    max_tokens: int,
+) -> tuple[list[SpanFit], int]:
+    """(fits, calibration tokens): what `calibrate` fits for the spans `chosen` (start, length)
+    alone, every variant of `settings` for each span (the same maps and losses, bit for bit),
+    from those spans' sums only: no other span, no selection, no tables. For studying a span's
+    stand-ins at other settings without calibrating every span; settings.lengths is not read.
+    A ValueError names a variant that has not one of the spans (jtc.pruning.spans.spans)."""
+    adapter = adapter_of(info)
+    num_layers = info["num_layers"]
+    lengths = sorted({n for _, n in chosen})
+    name = info.get("name", "the model")
+    problem = pruning_problem(name, adapter.task, adapter, num_layers, lengths, settings.variants)
+    if problem:
+        raise ValueError(problem)
+    wanted = set(chosen)
+    for variant in settings.variants:
+        missing = wanted - set(spans(num_layers, lengths, variant))
+        if missing:
+            i, n = min(missing)
+            raise ValueError(f"{variant} has no span of start {i}, length {n} of {num_layers}")
+    inputs, _ = every_token(
+        tokenizer, info, sentences, "train", settings.calibration_sentences, corpus, max_tokens,
+        CALIBRATION_KEY,
+    )  # fmt: skip
+    every = StatisticsPlan.of(num_layers, lengths, settings.variants)
+    pairs, starts = {(i, i + n) for i, n in wanted}, {i for i, _ in wanted}
+    plan = StatisticsPlan(
+        pairs=tuple(p for p in every.pairs if p in pairs),
+        state_sources=tuple(i for i in every.state_sources if i in starts),
+        state_pairs=tuple(p for p in every.state_pairs if p in pairs),
+        ffn_blocks=tuple(i for i in every.ffn_blocks if i in starts),
+        ffn_pairs=tuple(p for p in every.ffn_pairs if p in pairs),
+    )
+    pad = pad_token_id(tokenizer)
+    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad, settings.skip_first_token)
+    rank = settings.rank or default_rank(info["hidden_size"])
+    fits: list[SpanFit] = []
+    for variant in settings.variants:
+        todo = [span for span in spans(num_layers, lengths, variant) if span in wanted]
+        if variant == COSINE:
+            fits += cosine_fits(net, adapter, inputs, grams, todo, settings, batch_size, pad)
+        else:
+            fits += [fit_span(grams, variant, i, n, rank, settings.ridge) for i, n in todo]
+    return fits, grams.tokens
