@@ -100,3 +100,7 @@ def main(argv: list[str] | None = None) -> None:
             total += forward + scoring
             print(f"{variant:8s}  {jump:4d}  {forward:9.2f}  {scoring:9.2f}")
     print(f"job: {total:.1f} s (model load, the one pass, every run; Python start-up not included)")
+
+
+if __name__ == "__main__":
+    main()
