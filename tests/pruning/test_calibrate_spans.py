@@ -2,37 +2,23 @@
 the maps and losses `calibrate` gives those spans, bit for bit, from their sums alone."""
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from pruneable import TOKENIZER, make
-from tiny import SENTENCES
+from tiny import write_sentences
 
+from jtc.data.corpus import sentence_table
 from jtc.model.cache import cache_model, load_cached
 from jtc.pruning.calibrate import calibrate, calibrate_spans
+from jtc.pruning.spans import VARIANTS
 from jtc.settings import CalibrationSettings
 
-VARIANTS = [
-    "drop",
-    "mat",
-    "replaceme",
-    "low_rank",
-    "rotation",
-    "rotation_replaceme",
-    "replaceme_cosine",
-]
 
-
-def corpus(count: int) -> pa.Table:
-    return pa.table(
-        {
-            "sentence_id": np.arange(count),
-            "text": [SENTENCES[i % len(SENTENCES)] for i in range(count)],
-            "split": ["train"] * count,
-            "order": np.arange(count),
-            "source": ["test"] * count,
-            "document": [f"doc-{i}" for i in range(count)],
-        }
-    )
+@pytest.fixture(scope="module")
+def sentences(tmp_path_factory):
+    """A corpus table of 40 random training sentences (jtc.data.corpus.sentence_table)."""
+    lines = write_sentences(tmp_path_factory.mktemp("text") / "text.txt", 40).read_text()
+    pairs = [(text, f"doc-{k}") for k, text in enumerate(lines.splitlines())]
+    return sentence_table(pairs, "c", seed=0, validation_fraction=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +41,13 @@ def settings(variants) -> CalibrationSettings:
     )
 
 
-def test_the_spans_get_calibrate_s_own_maps(cached):
+def test_the_spans_get_calibrate_s_own_maps(cached, sentences):
     net, tokenizer, info = cached
-    every = settings(VARIANTS)
+    every = settings(list(VARIANTS))
     run = dict(corpus="c", batch_size=4, max_tokens=32)
-    whole = calibrate(net, tokenizer, info, corpus(12), every, model="m", fingerprint="f", **run)
+    whole = calibrate(net, tokenizer, info, sentences, every, model="m", fingerprint="f", **run)
 
-    fits, tokens = calibrate_spans(net, tokenizer, info, corpus(12), every, [(1, 2), (3, 2)], **run)
+    fits, tokens = calibrate_spans(net, tokenizer, info, sentences, every, [(1, 2), (3, 2)], **run)
 
     assert tokens == whole.metadata["calibration_tokens"] > 0
     assert [(f.variant, f.start) for f in fits] == [(v, s) for v in VARIANTS for s in (1, 3)]
@@ -79,11 +65,11 @@ def test_the_spans_get_calibrate_s_own_maps(cached):
     assert {f.variant for f in fits if not f.tensors} == {"drop"}
 
 
-def test_a_span_a_variant_has_not_is_refused(cached):
+def test_a_span_a_variant_has_not_is_refused(cached, sentences):
     """replaceme reads block i's feed-forward output: no span starts at the embeddings."""
     net, tokenizer, info = cached
     with pytest.raises(ValueError, match="replaceme has no span of start 0, length 2"):
         calibrate_spans(
-            net, tokenizer, info, corpus(4), settings(["drop", "replaceme"]), [(0, 2)],
+            net, tokenizer, info, sentences, settings(["drop", "replaceme"]), [(0, 2)],
             corpus="c", batch_size=4, max_tokens=32,
         )  # fmt: skip
