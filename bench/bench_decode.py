@@ -26,12 +26,12 @@ from jtc.model.head import Head  # noqa: E402
 from jtc.model.scoring import final_reference, score  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--positions", type=int, default=500)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model-dir", default="results/models/smollm2")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, _, info = load_smollm2(args.model_dir)
     head = Head.from_model(model, adapter_of(info))

@@ -54,11 +54,11 @@ def ratio_line(name: str, one: float, hundred: float) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sample", type=int, default=40, help="tokens run through the model")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rule = ExitRule.of(EarlyExitSettings.defaults())
     rng = np.random.default_rng(0)

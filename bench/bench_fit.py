@@ -55,7 +55,7 @@ def load(states: str | None, n: int, width: int, sites: int, device: str) -> lis
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--states", default="results/hidden/smollm2/news/train")
     parser.add_argument("--threads", type=int, default=2)
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: jtc's GPU path")
     parser.add_argument("--check-targets", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     layers = load(args.states, args.rows, args.width, args.sites, args.device)
     device = None
     if args.device != "cpu":

@@ -5,8 +5,8 @@ file's header and the head's tensors only (now: Manifest.check_but_tensors + che
 
 The cache is synthetic, of Llama-2-7B's proportions scaled down by --scale: 32 blocks of
 4,096-wide float16 weights (202 M parameters each) and a 32,000 × 4,096 unembedding plus the
-final norm (the head: 262 MB at any scale, as in the real model). The check reads files from
-the page cache after the first pass, so each time is the best of three.
+final norm (the head: 262 MB at any scale, as in the real model; --vocab gives it fewer rows).
+The check reads files from the page cache after the first pass, so each time is the best of three.
 
 Run: .venv/bin/python bench/bench_head_check.py [--scale 0.15]
 """
@@ -38,10 +38,11 @@ def best(fn, repeats: int = 3) -> float:
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=0.15, help="share of the blocks' weights")
-    args = parser.parse_args()
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="the head's rows (tests: fewer)")
+    args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     rows = max(1, int(BLOCK_PARAMETERS * args.scale) // WIDTH)
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +53,7 @@ def main() -> None:
             )
             for i in range(LAYERS)
         }
-        tensors["lm_head.weight"] = rng.standard_normal((VOCAB, WIDTH), np.float32).astype(
+        tensors["lm_head.weight"] = rng.standard_normal((args.vocab, WIDTH), np.float32).astype(
             np.float16
         )
         tensors["model.norm.weight"] = np.ones(WIDTH, np.float16)

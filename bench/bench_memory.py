@@ -41,12 +41,12 @@ def machine_mb() -> float:
     return float("nan")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--configfile", type=Path, required=True)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rules = memory_check(planned_blocks(args.dir, args.configfile.resolve()), args.dir, 0.0, {})
     print(f"{'rule':22} {'jobs':>4} {'request MB':>10} {'peak MB':>8} {'ratio':>6}  in range")
     for rule, entry in rules.items():

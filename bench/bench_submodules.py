@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_smollm2  # noqa: E402
 
 from jtc.data.extract import run_states  # noqa: E402
-from jtc.model.adapters import part_adapter  # noqa: E402
+from jtc.model.adapters import adapter_of, part_adapter  # noqa: E402
 from jtc.model.head import Head  # noqa: E402
 from jtc.model.scoring import final_reference, score  # noqa: E402
 from jtc.shortcuts.maps import ShortcutMap  # noqa: E402
@@ -40,24 +40,25 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--jumps", type=int, nargs="+", default=[0, 15, 29])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--model-dir", default="results/models/smollm2")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     (model, _, info), load_seconds = timed(load_smollm2, args.model_dir)
-    adapter = part_adapter(info["architecture"])
+    adapter = part_adapter(adapter_of(info))
     head = Head.from_model(model, adapter)
     width, layers = info["hidden_size"], info["num_layers"]
     rng = np.random.default_rng(0)
     # causal inputs are cut after the drawn position: 2 to 40 tokens, ~21 on average
-    inputs = [rng.integers(100, 40000, size=rng.integers(2, 41)) for _ in range(args.sentences)]
+    vocab = head.vocab_size
+    inputs = [rng.integers(0, vocab, size=rng.integers(2, 41)) for _ in range(args.sentences)]
     positions = np.array([len(x) - 1 for x in inputs])
-    gold = rng.integers(0, head.vocab_size, size=args.sentences)
+    gold = rng.integers(0, vocab, size=args.sentences)
     final = run_states(model, adapter, inputs, positions, args.batch_size, 0)[-1]
     maps = {
         (b, p): ShortcutMap({"weight": rng.normal(size=(width, width)) / np.sqrt(width)})
@@ -99,3 +100,7 @@ def main() -> None:
             total += forward + scoring
             print(f"{variant:8s}  {jump:4d}  {forward:9.2f}  {scoring:9.2f}")
     print(f"job: {total:.1f} s (model load, the one pass, every run; Python start-up not included)")
+
+
+if __name__ == "__main__":
+    main()

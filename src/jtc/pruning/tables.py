@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from jtc.evaluation.prediction import bootstrap_counts
+from jtc.evaluation.intervals import ratio_intervals
 from jtc.files.io import rows_table
 from jtc.pruning.fits import Selected, SpanFit, SpanGrams, underdetermined_fit
 from jtc.pruning.spans import removed_label
@@ -178,12 +178,9 @@ def run_scores(
     order = [index[s] for s in sentence_of_row]
     np.add.at(sums, (rows, order), columns)
     np.add.at(overflowed, rows, runs.column("overflowed").to_numpy())
-    counts = bootstrap_counts(len(sentences), settings.bootstrap, seed)
-    mean = _means(sums.sum(1))  # (runs, metrics)
-    resampled = _means(np.einsum("bs,rsk->rbk", counts, sums))  # (runs, resamples, metrics)
-    tail = (1.0 - settings.confidence_level) / 2.0
-    with np.errstate(invalid="ignore"):
-        low, high = np.nanquantile(resampled, [tail, 1.0 - tail], axis=1)
+    mean, low, high = ratio_intervals(  # (runs, metrics) each
+        sums, _means, settings.bootstrap, seed, settings.confidence_level
+    )
     out = {}
     for k, key in enumerate(keys):
         scores: dict[str, float | int] = {

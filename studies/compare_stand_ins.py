@@ -1,11 +1,14 @@
-"""Depth pruning's stand-ins side by side, from a finished run's results: for each corpus and
+"""Study behind docs/findings.md, "An exportable stand-in: ReplaceMe's map in a rotated stream"
+(the paired ratios against replaceme; numbers of commit c31ee51).
+
+Depth pruning's stand-ins side by side, from a finished run's results: for each corpus and
 length, the span a selection rule chose for each variant, its next-token perplexity ratio on the
 selected sentences and at a real context (windows), each with its 95% interval, and the paired
 ratio against a reference variant (ReplaceMe by default) on the same sentences or windows:
 exp((CE_variant − CE_reference) / tokens), resampled by sentence or window, so that an interval
 below 1 says the variant beats the reference on these tokens.
 
-    .venv/bin/python bench/compare_stand_ins.py RUN_FOLDER [--model smollm2]
+    .venv/bin/python studies/compare_stand_ins.py RUN_FOLDER [--model smollm2]
         [--rule angular_distance] [--reference replaceme]
 
 Reads results/pruning/MODEL/CORPUS/{selection,selected_runs,context_windows,
@@ -15,15 +18,11 @@ generation_prompts}.parquet (what `pruning_tables` and the measures read); write
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from common import ratio_interval  # noqa: E402
+from ratios import perplexity_ratio
 
 
 def unit_sums(rows: list[dict], key: str) -> dict[int, tuple[float, float, float]]:
@@ -41,7 +40,7 @@ def paired(runs: dict[str, dict], variant: str, reference: str) -> tuple[float, 
     ce = np.array([runs[variant][u][0] for u in units])
     other = np.array([runs[reference][u][0] for u in units])
     tokens = np.array([runs[variant][u][2] for u in units], dtype=float)
-    return ratio_interval(ce, other, tokens)
+    return perplexity_ratio(ce, other, tokens)
 
 
 def fmt(values: tuple[float, ...] | None) -> str:
@@ -83,7 +82,7 @@ def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) ->
                     ce, full, tokens = (
                         np.array(v, dtype=float) for v in zip(*units[variant].values(), strict=True)
                     )
-                    alone[name] = ratio_interval(ce, full, tokens)
+                    alone[name] = perplexity_ratio(ce, full, tokens)
             agree = [
                 r
                 for r in prompts
@@ -111,7 +110,7 @@ def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--rule", default="angular_distance")

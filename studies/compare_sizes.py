@@ -1,4 +1,7 @@
-"""Findings of several models side by side, from finished runs' results/ folders (the tables
+"""Study behind docs/findings.md, "Three sizes: SmolLM2-135M, Qwen2.5 0.5B and 1.5B" (every table
+and the figure; numbers of commit 8d82e58).
+
+Findings of several models side by side, from finished runs' results/ folders (the tables
 the workflow wrote; nothing is recomputed), and a figure of the trend across their sizes.
 
 Prints Markdown tables, per model and corpus: the shape; mat > id (share of layer pairs, and
@@ -8,7 +11,7 @@ table (the chosen span of each length and variant: next-token perplexity ratio, 
 agreement; context perplexity at the longest window; generation fidelity). --figure writes
 Precision@1 against relative depth, one panel per method, one line per model.
 
-    .venv/bin/python bench/compare_sizes.py --results DIR/results --models smollm2 qwen-0_5b \
+    .venv/bin/python studies/compare_sizes.py --results DIR/results --models smollm2 qwen-0_5b \
         qwen-1_5b [--corpora news wiki] [--figure docs/images/size-trend.png]
 """
 
@@ -200,7 +203,7 @@ def figure(results: Results, models: list[str], corpus: str, out: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument(
         "--results", type=Path, nargs="+", required=True, help="results folders (first wins)"
     )

@@ -1,4 +1,8 @@
-"""The tuned-lens package's own lens and training recipe as a baseline for jtc's tuned lens.
+"""Study behind docs/benchmarks.md, "Token positions per training sentence" (the tuned-lens
+package's recipe; numbers of commit 930b5e6), and docs/findings.md, "Three sizes" (its Qwen2.5
+0.5B table; commit 8d82e58).
+
+The tuned-lens package's own lens and training recipe as a baseline for jtc's tuned lens.
 
 Trains the `TunedLens` of the tuned-lens package 0.2.0 (Belrose et al. 2023; a reference, not a
 project dependency: `.venv/bin/pip install --no-deps tuned-lens==0.2.0`) on SmolLM2 with the
@@ -51,7 +55,7 @@ validation states. `--jtc-maps` takes any number of jtc map files ([LABEL=]PATH,
 e.g. tuned lenses trained on 1, 8 and all positions, and `--save-map` writes the package lens as
 a jtc map file. Needs a finished run of the default experiment (`--results`).
 
-    .venv/bin/python bench/bench_lens_baseline.py --results /path/to/run/results \\
+    .venv/bin/python studies/lens_baseline.py --results /path/to/run/results \\
         [--sentences 1000] [--positions all|one] [--layers 5 10 15 20 25] \\
         [--jtc-maps tuned_lens=/path/to/tuned_lens.safetensors ...] [--json FILE]
 """
@@ -376,7 +380,7 @@ def print_table(results: dict, layers: list[int]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--results", default="results", help="a finished run's results folder")
     parser.add_argument("--model", default="smollm2")

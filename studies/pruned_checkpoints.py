@@ -1,4 +1,7 @@
-"""The pruned SmolLM2 as it would be deployed: parameters and greedy-generation tokens per second of
+"""Study behind docs/findings.md, "Depth pruning" (the smaller model, deployed; numbers of commit
+22a500f).
+
+The pruned SmolLM2 as it would be deployed: parameters and greedy-generation tokens per second of
 the checkpoints `snakemake pruned` writes (jtc.pruning.checkpoint.export), against the
 whole model, with the share of each prompt's greedy output that follows the whole model's.
 
@@ -9,7 +12,7 @@ each as a Hugging Face folder in a temporary directory, loads it back with plain
 times `generate` (greedy, KV cache, one prompt at a time, rounds alternating between the models;
 the median round counts).
 
-    .venv/bin/python bench/bench_prune.py [--results results] [--corpus news] [--tokens 32]
+    .venv/bin/python studies/pruned_checkpoints.py [--results results] [--corpus news] [--tokens 32]
         [--prompts 8] [--rounds 3] [--threads 1] [--json out.json]
 """
 
@@ -26,8 +29,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import peak_matmul_gflops  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from common import peak_matmul_gflops  # noqa: E402  (bench/common.py)
 
 from jtc import paths  # noqa: E402
 from jtc.files.io import read_json, read_table  # noqa: E402
@@ -75,7 +78,7 @@ def followed(tokens: list[list[int]], full: list[list[int]]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per prompt")

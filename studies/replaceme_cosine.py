@@ -1,15 +1,22 @@
-"""replaceme_cosine's cost and gain on the default experiment's calibration (jtc.pruning.cosine):
+"""Study behind docs/benchmarks.md, "replaceme_cosine's cost and gain" (numbers of commits bd33a82
+and 39a743e).
+
+replaceme_cosine's cost and gain on the default experiment's calibration (jtc.pruning.cosine):
 SmolLM2 (a cached model folder), every token of the first `--sentences` training sentences of a
-corpus table, lengths 4 and 8 (every span, start >= 1): the seconds of the extra pass that
-gathers the token rows and of the Adam fits, and per setting the mean over the spans of the
-cosine distance and the calibration loss, against replaceme's least-squares T.
+corpus table, lengths 4 and 8 (every span, start >= 1). Per setting: the CPU-seconds that
+replaceme_cosine adds to the calibration (jtc.pruning.calibrate.calibrate_spans with replaceme and
+replaceme_cosine against replaceme alone), and the mean over the spans of the cosine distance and
+the calibration loss against replaceme's least-squares T (its start), on the calibration tokens
+and (`--holdout N`) on the first N validation sentences. Also the seconds of one pass that keeps
+the token rows the fits need.
 
-    .venv/bin/python bench/bench_cosine.py --model-dir results/models/smollm2
+    .venv/bin/python studies/replaceme_cosine.py --model-dir results/models/smollm2
         --corpus results/corpora/news.parquet [--sentences 96] [--threads 2]
-        [--setting EPOCHS,LR,BATCH ...] [--every K] [--json out.json]
+        [--setting EPOCHS,LR,BATCH ...] [--every K] [--starts 10-20] [--holdout N]
+        [--score START,LENGTH ...] [--json out.json]
 
-Without --setting it measures the schema's defaults (pruning.cosine); --spans N fits only the
---every K fits every K-th span only (a quick comparison of settings; the time scales with it).
+Without --setting it measures the schema's defaults (pruning.cosine); --every K fits every K-th
+span only (a quick comparison of settings; the time scales with it).
 """
 
 from __future__ import annotations
@@ -26,14 +33,15 @@ from jtc.data.extract import pad_token_id
 from jtc.files.io import read_table
 from jtc.model.adapters import adapter_of
 from jtc.model.cache import load_model
-from jtc.pruning.calibrate import CALIBRATION_KEY
-from jtc.pruning.cosine import VARIANT, cosine_rows, fit_cosine_span, span_losses
+from jtc.pruning.calibrate import calibrate_spans
+from jtc.pruning.cosine import cosine_rows, span_losses
 from jtc.pruning.inputs import every_token
 from jtc.pruning.pruned import pruned_copy
-from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
-from jtc.pruning.sums import span_statistics
-from jtc.settings import CosineSettings
+from jtc.pruning.spans import resolved_lengths, spans
+from jtc.settings import CalibrationSettings, CosineSettings
 from jtc.shortcuts.maps import ShortcutMap
+
+COSINE = "replaceme_cosine"
 
 
 def cross_entropy(model, inputs: list[np.ndarray]) -> float:
@@ -48,20 +56,17 @@ def cross_entropy(model, inputs: list[np.ndarray]) -> float:
     return total / count
 
 
-def pruned_scores(net, adapter, inputs, grams, rows, span, setting) -> dict:
-    """The full model's and the span's pruned models' cross-entropy on `inputs`: least-squares
-    T (replaceme) against the cosine fit's (replaceme_cosine)."""
-    start, length = span
-    fit, least = fit_cosine_span(grams, rows, start, length, setting)
-    scores = {"start": start, "length": length, "sentences": len(inputs)}
-    for name, found in (("replaceme", least), (VARIANT, fit)):
-        pruned = pruned_copy(net, adapter, name, start, length, ShortcutMap(found.tensors))
-        scores[name] = cross_entropy(pruned, inputs)
-    return scores
+def losses(rows, fit) -> tuple[float, float]:
+    """(calibration loss, cosine distance) of a fit's T on the token rows of its span."""
+    return span_losses(*rows.span(fit.start, fit.length), torch.from_numpy(fit.tensors["weight"].T))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cosine_only(fits):
+    return [f for f in fits if f.variant == COSINE]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--corpus", required=True, help="a corpus table (corpora/NAME.parquet)")
     parser.add_argument("--sentences", type=int, default=96)
@@ -85,70 +90,63 @@ def main() -> None:
         "--score-sentences", type=int, default=32, help="of the --holdout sentences, scored"
     )
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     net, tokenizer, info = load_model(args.model_dir, args.threads)
-    adapter = adapter_of(info)
+    adapter, pad = adapter_of(info), pad_token_id(tokenizer)
     num_layers = info["num_layers"]
     table = read_table(args.corpus)
-    inputs, _ = every_token(
-        tokenizer, info, table, "train", args.sentences, "bench", args.max_tokens, CALIBRATION_KEY
-    )
-    lengths = resolved_lengths([], num_layers)
-    todo = spans(num_layers, lengths, VARIANT)
+    todo = spans(num_layers, resolved_lengths([], num_layers), COSINE)
     if args.starts:
         first, last = (int(v) for v in args.starts.split("-"))
         todo = [(i, n) for i, n in todo if first <= i <= last]
     todo = todo[:: args.every]
-    pad = pad_token_id(tokenizer)
-    plan = StatisticsPlan.of(num_layers, lengths, [VARIANT])
-    grams = span_statistics(net, adapter, inputs, plan, args.batch_size, pad)
+    run = {"corpus": "study", "batch_size": args.batch_size, "max_tokens": args.max_tokens}
+    base = CalibrationSettings.defaults(
+        variants=["replaceme"], calibration_sentences=args.sentences
+    )
+    cpu = time.process_time()
+    least, tokens = calibrate_spans(net, tokenizer, info, table, base, todo, **run)
+    least_cpu = time.process_time() - cpu
+
+    def rows_of(split: str, count: int):
+        inputs, _ = every_token(tokenizer, info, table, split, count, "study", args.max_tokens)
+        return inputs, cosine_rows(net, adapter, inputs, todo, args.batch_size, pad)
+
     started, cpu = time.perf_counter(), time.process_time()
-    rows = cosine_rows(net, adapter, inputs, todo, args.batch_size, pad)
+    _, rows = rows_of("train", args.sentences)  # what the fits see
     rows_seconds, rows_cpu = time.perf_counter() - started, time.process_time() - cpu
-    held = None
-    if args.holdout:
-        held_inputs, _ = every_token(
-            tokenizer, info, table, "validation", args.holdout, "bench", args.max_tokens
-        )
-        held = cosine_rows(net, adapter, held_inputs, todo, args.batch_size, pad)
-    settings = [CosineSettings.defaults()] + [
+    held_inputs, held = rows_of("validation", args.holdout) if args.holdout else ([], None)
+    settings = [
         CosineSettings(int(e), float(lr), int(b))
         for e, lr, b in (s.split(",") for s in args.setting)
-    ]
-    if args.setting:
-        settings = settings[1:]
+    ] or [CosineSettings.defaults()]
     report = {
-        "tokens": grams.tokens,
+        "tokens": tokens,
         "spans": len(todo),
         "rows_gb": rows.nbytes() / 1e9,
         "rows_seconds": rows_seconds,
         "rows_cpu_seconds": rows_cpu,
+        "least_squares_calibration_cpu_seconds": least_cpu,
         "threads": args.threads,
         "settings": [],
     }
+
+    def with_cosine(setting: CosineSettings) -> CalibrationSettings:
+        return dataclasses.replace(base, variants=("replaceme", COSINE), cosine=setting)
+
     for setting in settings:
         started, cpu = time.perf_counter(), time.process_time()
-        fitted = [fit_cosine_span(grams, rows, i, n, setting) for i, n in todo]
+        fits, _ = calibrate_spans(net, tokenizer, info, table, with_cosine(setting), todo, **run)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-        cos = np.array([[f.cosine_distance, ls.cosine_distance] for f, ls in fitted])
-        loss = np.array([[f.loss, ls.loss] for f, ls in fitted])
+        fitted = [(f, losses(rows, ls)) for f, ls in zip(cosine_only(fits), least, strict=True)]
+        cos = np.array([[f.cosine_distance, ls[1]] for f, ls in fitted])
+        loss = np.array([[f.loss, ls[0]] for f, ls in fitted])
         best = int(np.argmin(loss[:, 1]))
-        if held is not None:
-            scored = [
-                [
-                    span_losses(
-                        *held.span(f.start, f.length), torch.from_numpy(f.tensors["weight"].T)
-                    )
-                    for f in pair
-                ]
-                for pair in fitted
-            ]
-            held_out = np.array([[a[1], b[1], a[0], b[0]] for a, b in scored])
         row = {
             "setting": dataclasses.asdict(setting),
-            "fit_seconds": seconds,
-            "fit_cpu_seconds": cpu,
+            "calibration_seconds": seconds,
+            "added_cpu_seconds": cpu - least_cpu,
             "cosine_distance": cos[:, 0].mean(),
             "cosine_distance_least_squares": cos[:, 1].mean(),
             "calibration_loss": loss[:, 0].mean(),
@@ -162,6 +160,11 @@ def main() -> None:
             },
         }
         if held is not None:
+            scored = [
+                [losses(held, f), losses(held, ls)]
+                for f, ls in zip(cosine_only(fits), least, strict=True)
+            ]
+            held_out = np.array([[a[1], b[1], a[0], b[0]] for a, b in scored])
             row["holdout"] = {
                 "tokens": held.tokens,
                 "cosine_distance": held_out[:, 0].mean(),
@@ -174,12 +177,23 @@ def main() -> None:
         report["settings"].append(row)
         print(json.dumps(row, default=float), flush=True)
     if args.score and held is not None:
-        first = settings[0]
-        scored = held_inputs[: args.score_sentences]
+        chosen = [tuple(int(v) for v in s.split(",")) for s in args.score]
+        fits, _ = calibrate_spans(
+            net, tokenizer, info, table, with_cosine(settings[0]), chosen, **run
+        )
+        scored_inputs = held_inputs[: args.score_sentences]
+        full = cross_entropy(net, scored_inputs)
         report["scores"] = [
-            {"full": cross_entropy(net, scored)}
-            | pruned_scores(net, adapter, scored, grams, rows, span, first)
-            for span in (tuple(int(v) for v in s.split(",")) for s in args.score)
+            {"full": full, "start": i, "length": n, "sentences": len(scored_inputs)}
+            | {
+                f.variant: cross_entropy(
+                    pruned_copy(net, adapter, f.variant, i, n, ShortcutMap(f.tensors)),
+                    scored_inputs,
+                )
+                for f in fits
+                if (f.start, f.length) == (i, n)
+            }
+            for i, n in chosen
         ]
         for row in report["scores"]:
             print(json.dumps(row), flush=True)

@@ -1,4 +1,7 @@
-"""A finished run's hidden states against a plain transformers forward of the same weights.
+"""Study behind docs/benchmarks.md, "Qwen2.5 on 2 cores" (hidden states against plain
+transformers; numbers of commit 8d82e58).
+
+A finished run's hidden states against a plain transformers forward of the same weights.
 
 The first --sentences validation sentences of a model and corpus, as extract_hidden stored them
 (results/hidden/MODEL/CORPUS/validation), beside the states transformers computes from the
@@ -7,7 +10,7 @@ sentence at a time with output_hidden_states; the last layer's state before the 
 jtc stores), from a hook on the norm's input. Prints, per layer, the largest relative error
 ||jtc - transformers|| / ||transformers|| over the sentences, and whether all are <= --tolerance.
 
-    .venv/bin/python bench/bench_hidden_fidelity.py --dir /tmp/qwen --configfile config/qwen2.5.yaml
+    .venv/bin/python studies/hidden_fidelity.py --dir /tmp/qwen --configfile config/qwen2.5.yaml
         --model qwen-1_5b [--corpus news] [--sentences 16] [--tolerance 1e-4]
 """
 
@@ -47,7 +50,7 @@ def reference_model(spec: dict, root: Path):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--configfile", type=Path, required=True)
     parser.add_argument("--model", required=True)
