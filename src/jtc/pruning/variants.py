@@ -139,6 +139,11 @@ def registry(variants: Iterable[Variant]) -> dict[str, Variant]:
 
 
 FITS = "jtc.pruning.fits"
+# why a map of the residual stream is not exported
+ON_THE_STREAM = (
+    "it acts on the residual stream, which no weight of a pre-norm block owns: measured in memory "
+    "only"
+)
 VARIANTS: dict[str, Variant] = registry(
     [
         Variant(
@@ -156,8 +161,7 @@ VARIANTS: dict[str, Variant] = registry(
             stand_in="map",
             sums=frozenset({"state_gram", "state_cross"}),
             folds=None,
-            not_exported="it acts on the residual stream, which no weight of a pre-norm block "
-            "owns: measured in memory only",
+            not_exported=ON_THE_STREAM,
             settings=("ridge",),
         ),
         Variant(
@@ -179,8 +183,7 @@ VARIANTS: dict[str, Variant] = registry(
             stand_in="difference",
             sums=frozenset({"state_gram", "state_cross"}),
             folds=None,
-            not_exported="it acts on the residual stream, which no weight of a pre-norm block "
-            "owns: measured in memory only",
+            not_exported=ON_THE_STREAM,
             settings=("rank", "ridge"),
         ),
         Variant(
