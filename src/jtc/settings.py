@@ -12,7 +12,9 @@ src/jtc/runs/config.schema.yaml) and the field here, where the library reads it.
 the schema's, never retyped: the workflow's checked config has them filled in, and `defaults()`
 reads them for use outside the workflow (the API, tests, benchmarks). A stage reads only the
 keys its object has, so changing another key of the same block reruns other stages, not this
-one.
+one: a rule's params hold the objects of exactly what its job reads (a small object of its own
+where a stage reads a few keys of a block, as the measures do), and config/README.md says what
+each key reruns from them (jtc.runs.rule_reads).
 """
 
 from __future__ import annotations
@@ -271,6 +273,49 @@ class ExportSettings(Settings):
     export_variant: str
     """The exported stand-in, one of pruning.variants that folds into a checkpoint
     (jtc.pruning.variants.EXPORTED)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredSettings(Settings):
+    """The pruned models that the benchmarks and the literature's measures measure (config
+    pruning, jtc.measures.subjects): the full model and, for every length and variant, the span
+    export_selection chose, each pruned in memory (run_benchmarks reads this alone)."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    variants: tuple[str, ...]
+    """The stand-ins measured, in this order (pruning.variants)."""
+    export_selection: str
+    """The selection rule whose chosen spans are measured."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextMeasuredSettings(MeasuredSettings):
+    """What context_perplexity reads of the pruning block beside pruning.context: the models
+    measured, and the calibration sentences, whose documents the windows leave out."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    calibration_sentences: int
+    """Training sentences (the first of the split) the maps were fitted on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationMeasuredSettings(MeasuredSettings):
+    """What generation_fidelity reads of the pruning block beside pruning.generation: the
+    models measured, and the validation sentences the span runs score, which the prompts
+    follow."""
+
+    BLOCK: ClassVar[str] = "pruning"
+
+    evaluation_sentences: int
+    """Validation sentences of the every-start sweep."""
+    selected_sentences: int
+    """Validation sentences of the chosen spans' runs."""
+
+    def prompts_after(self) -> int:
+        """The validation sentences before the first prompt: those either span run reads."""
+        return max(self.evaluation_sentences, self.selected_sentences)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model,
+"""Depth pruning in a copy of the tiny run: it runs alone and writes a smaller model,
 whose damage is refused and repaired; a masked LM is refused while planning."""
 
 import json
@@ -8,7 +8,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 from damage import flip_byte
-from harness import copy_run, read_config, rules_run, run_snakemake, snapshot, write_config
+from harness import copy_run, read_config, rules_run, run_snakemake, snapshot
 
 pytestmark = pytest.mark.workflow
 
@@ -22,9 +22,9 @@ MEASURES = {
 }
 
 
-def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tmp_path):
+def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path):
     """Every span of the tiny GPT-2 (2 blocks: length 1, starts 0 and 1), its tables, figures
-    and headline columns; enabling it, or changing its settings, reruns nothing else; and
+    and headline columns; enabling it reruns nothing else; and
     `snakemake pruned` writes a checkpoint with one block that transformers loads."""
     config = read_config(tiny_run)
     config["pruning"] = {
@@ -73,21 +73,7 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
     for name in ("pruning_spans", "pruning_selection"):
         assert (tmp_path / f"results/figures/gpt/mini/{name}.png").stat().st_size
 
-    config["pruning"]["evaluation_sentences"] = 5  # the runs and what reads them
-    write_config(tmp_path, config)
-    ran = rules_run(run_snakemake(tmp_path, "all"))
-    evaluation = {k: v for k, v in PRUNING_RUN.items() if k != "calibrate_pruning"}
-    # the prompts follow the sentences the runs read
-    measures = {"generation_fidelity": 1, "measure_tables": 1}
-    assert ran == {**evaluation, **measures, "headline_table": 1, "all": 1}
-    config["pruning"]["calibration_sentences"] = 24  # the calibration too
-    write_config(tmp_path, config)
-    assert rules_run(run_snakemake(tmp_path, "all")) == {
-        **PRUNING_RUN,
-        **MEASURES_RUN,
-        "headline_table": 1,
-        "all": 1,
-    }
+    # (what each pruning key reruns: tests/workflow/test_reruns.py, against config/README.md)
 
     run_snakemake(tmp_path, "pruned")
     folder = tmp_path / "results/pruned/gpt/mini"

@@ -1,13 +1,31 @@
 """What a changed setting reruns in a copy of the finished tiny run: exactly the jobs that read
 it (the split sizes, positions, the summary, early exit and shortlist settings, the trained
-methods, the compute settings)."""
+methods, the compute settings); and, for every key of the pruning block, exactly the rules
+config/README.md's reruns column names (jtc.runs.reruns), planned on one finished run with
+depth pruning, its measures, benchmarks and pruned model."""
+
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from fake_gpu import fake_nvidia_smi
-from harness import copy_run, planned, read_config, rules_run, run_snakemake, write_config
+from harness import (
+    copy_run,
+    make_tiny_project,
+    planned,
+    read_config,
+    rules_run,
+    run_snakemake,
+    run_snakemake_all,
+    selected,
+    write_config,
+)
 
+from jtc.runs.config_docs import README
+from jtc.runs.reruns import JOB_GRAPH, TARGETS, read_job_graph, snakemake_job_graph
+from jtc.runs.rule_reads import read_workflow
+from jtc.settings import SCHEMA
 from jtc.shortcuts.maps import read_metadata
 
 pytestmark = pytest.mark.workflow
@@ -259,3 +277,125 @@ def test_compute_settings_rerun_what_they_change(tiny_run, tmp_path):
     write_config(tmp_path, config)
     proc = run_snakemake(tmp_path, "all", "-n")
     assert rules_run(proc)["resolve_model"] == 1 and planned(proc, "model") == {"gpt"}
+
+
+# ---- every key of the pruning block -----------------------------------------------------------
+
+# the pruning block of the finished run the keys are changed in (GPT-2: 2 blocks, length 1)
+PRUNING = {
+    "models": ["gpt"],
+    "calibration_sentences": 20,
+    "evaluation_sentences": 6,
+    "selected_sentences": 8,
+    "context": {"lengths": [16], "windows": 2},
+    "generation": {"prompts": 2, "new_tokens": 3},
+    "benchmarks": {"tasks": ["arc_easy"], "limit": 2},
+}
+# each key of the pruning block, changed: (its new value, whether the change alters what the
+# rules compute from it: False where the tiny run cannot show it, its one corpus pruned either
+# way)
+CHANGES = {
+    "models": ([], True),
+    "corpora": (["mini"], False),
+    "lengths": ([1], True),
+    "variants": (["drop", "mat", "replaceme"], True),
+    "rank": (1, True),
+    "ridge": (0.001, True),
+    "skip_first_token": (True, True),
+    "calibration_sentences": (24, True),
+    "evaluation_sentences": (5, True),
+    "selected_sentences": (7, True),
+    "measures_in_all": (True, True),
+    "export_length": (1, True),
+    "export_selection": ("block_influence", True),
+    "export_variant": ("drop", True),
+    "benchmarks.tasks": (["piqa"], True),
+    "benchmarks.limit": (3, True),
+    "benchmarks.in_all": (True, True),
+    "context.lengths": ([8], True),
+    "context.windows": (1, True),
+    "generation.prompts": (1, True),
+    "generation.new_tokens": (2, True),
+    "cosine.epochs": (1, True),
+    "cosine.learning_rate": (0.01, True),
+    "cosine.batch_tokens": (64, True),
+}
+COMPUTED = "where a value computed from it changes,"
+
+
+def pruning_keys() -> set[str]:
+    import yaml
+
+    block = yaml.safe_load(SCHEMA.read_text())["properties"]["pruning"]["properties"]
+    return {
+        f"{key}.{sub}" if "properties" in spec else key
+        for key, spec in block.items()
+        for sub in spec.get("properties", [None])
+    }
+
+
+def column_rules(key: str, computed: bool) -> set[str]:
+    """The rules config/README.md's reruns column names for pruning.`key` (with those that
+    rerun where a value computed from it changes, or without)."""
+    text = README.read_text()
+    table = text[text.index("<!-- keys pruning -->") :]
+    row = next(line for line in table.splitlines() if line.startswith(f"| `{key}` |"))
+    cell = row.rstrip(" |").rsplit(" | ", 1)[1]
+    if not computed:
+        cell = cell.split(COMPUTED)[0]
+    return set(re.findall(r"`(\w+)`", cell))
+
+
+def test_every_key_of_the_pruning_block_has_a_change_below():
+    assert set(CHANGES) == pruning_keys()
+
+
+@pytest.fixture(scope="module")
+def pruning_run(tmp_path_factory):
+    """A finished run of the tiny GPT-2 alone with depth pruning, its measures, benchmarks and
+    pruned model (its tokenizer given an EOS token, lm-eval's prefix); and the rules with jobs
+    in it."""
+    from transformers import AutoTokenizer
+
+    work = make_tiny_project(tmp_path_factory.mktemp("pruning-run"), models=("gpt",))
+    tokenizer = AutoTokenizer.from_pretrained(work / "tiny-gpt2")
+    tokenizer.eos_token = "[SEP]"
+    tokenizer.save_pretrained(work / "tiny-gpt2")
+    write_config(work, {**read_config(work), "pruning": PRUNING})
+    return work, set(rules_run(run_snakemake(work, *TARGETS)))
+
+
+@pytest.fixture(scope="module")
+def planned_changes(request, pruning_run, tmp_path_factory):
+    """{key: the rules a dry run plans} for every key the session's tests change, planned two
+    at a time, each in its own copy of the pruning run."""
+    work, _ = pruning_run
+    runs = {}
+    for key in selected(request, "test_a_pruning_key_reruns_the_rules_its_column_names", "key"):
+        config = read_config(work)
+        *block, name = ["pruning", *key.split(".")]
+        node = config
+        for part in block:
+            node = node.setdefault(part, {})
+        node[name] = CHANGES[key][0]
+        copy = copy_run(work, tmp_path_factory.mktemp(key.replace(".", "-")), config)
+        runs[key] = (copy, [*TARGETS, "-n"], {})
+    return {key: set(rules_run(proc)) for key, proc in run_snakemake_all(runs).items()}
+
+
+@pytest.mark.parametrize("key", sorted(CHANGES))
+def test_a_pruning_key_reruns_the_rules_its_column_names(key, pruning_run, planned_changes):
+    _, present = pruning_run
+    rules = read_workflow().rules
+    ran = {rule for rule in planned_changes[key] if rules[rule].has_output}  # not the targets
+    assert ran == column_rules(key, CHANGES[key][1]) & present
+
+
+def test_the_job_graph_is_the_one_snakemake_plans(pruning_run):
+    """workflow/job_graph.yaml (python -m jtc.runs.reruns), among the jobs of the pruning run:
+    the same jobs read the same jobs' outputs."""
+    work, _ = pruning_run
+    here = snakemake_job_graph(work, work / "config.yaml")
+    written = read_job_graph(JOB_GRAPH)
+    assert set(here) <= set(written)
+    assert here == {node: [n for n in written[node] if n in here] for node in here}

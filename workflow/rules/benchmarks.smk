@@ -4,7 +4,7 @@
 # documents); one run_benchmarks job per (model, corpus) scores every document for every measured
 # model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all).
 
-from jtc.settings import BenchmarkSettings, IntervalSettings
+from jtc.settings import BenchmarkSettings, IntervalSettings, MeasuredSettings
 
 
 rule benchmark_tasks:
@@ -42,8 +42,7 @@ rule run_benchmarks:
         gpu_memory_percent=gpu_share("run_benchmarks"),
     params:
         settings=BenchmarkSettings.param(config),
-        selection_rule=config["pruning"]["export_selection"],
-        variants=list(config["pruning"]["variants"]),
+        measured=MeasuredSettings.param(config),
         batch_size=config["batch_size"],
         seed=config["seed"],
         code=code_hash("run_benchmarks"),

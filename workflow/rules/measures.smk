@@ -6,12 +6,11 @@
 # with pruning.measures_in_all).
 
 from jtc.settings import (
-    CalibrationSettings,
+    ContextMeasuredSettings,
     ContextSettings,
-    ExportSettings,
+    GenerationMeasuredSettings,
     GenerationSettings,
     IntervalSettings,
-    SpanRunSettings,
 )
 
 
@@ -36,8 +35,7 @@ rule context_perplexity:
         gpu_memory_percent=gpu_share("context_perplexity"),
     params:
         settings=ContextSettings.param(config),
-        calibration=CalibrationSettings.param(config),
-        export=ExportSettings.param(config),
+        measured=ContextMeasuredSettings.param(config),
         batch_size=config["batch_size"],
         device_map=device_map,
         code=code_hash("context_perplexity"),
@@ -66,8 +64,7 @@ rule generation_fidelity:
         gpu_memory_percent=gpu_share("generation_fidelity"),
     params:
         settings=GenerationSettings.param(config),
-        span_runs=SpanRunSettings.param(config),
-        export=ExportSettings.param(config),
+        measured=GenerationMeasuredSettings.param(config),
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         device_map=device_map,

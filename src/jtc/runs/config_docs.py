@@ -1,8 +1,11 @@
 """config/README.md's key tables, generated from the config schema (src/jtc/runs/config.schema.yaml)
 so that no default or description is written twice: each key's default (and the default
 experiment's value, config/config.yaml, where it differs), the values it takes, what it means
-(its `description`) and what reruns when it changes (its `reruns` note, a documentation keyword
-that validation ignores).
+(its `description`) and what reruns when it changes: the rules whose jobs rerun, read off the
+workflow (jtc.runs.reruns: the keys each rule's params read, and the jobs after them), after
+the key's `reruns` note where it has one (a documentation keyword that validation ignores,
+saying what the key adds to or removes from the plan; it names no rule). The blocks of named
+entries (corpora, models) have notes only.
 
 A table stands between `<!-- keys BLOCK -->` and `<!-- end keys -->` in the README: `.` for the
 top-level keys (a mapping without a table of its own, such as `sizes`, as dotted keys),
@@ -25,6 +28,7 @@ from typing import Any
 import yaml
 
 from jtc.runs.config import load_schema
+from jtc.runs.reruns import Reruns, node_of, reruns
 from jtc.settings import resolved
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,6 +36,8 @@ README = ROOT / "config" / "README.md"
 DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 TABLE = re.compile(r"(<!-- keys (\S+) -->\n).*?(<!-- end keys -->)", re.S)
 TABLE_NAMES = re.compile(r"<!-- keys (\S+) -->")
+# a reruns cell lists at most this many rules, else the first ones and how many follow
+LISTED = 12
 
 
 def value(v: Any) -> str:
@@ -90,6 +96,46 @@ def _text(spec: Mapping[str, Any], key: str) -> str:
     return " ".join(str(spec.get(key, "")).split()).replace("|", "\\|")
 
 
+def _rules(nodes: tuple[str, ...]) -> list[str]:
+    """Jobs named by rule, in their order: `extract_hidden`, or `extract_hidden` (train) where
+    only one split's jobs are among them."""
+    splits: dict[str, list[str]] = {}
+    for node in nodes:
+        rule, split = node_of(node)
+        splits.setdefault(rule, []).append(split or "")
+    names = []
+    for rule, among in splits.items():
+        one = len(among) == 1 and among[0]
+        names.append(f"`{rule}` ({among[0]})" if one else f"`{rule}`")
+    return names
+
+
+def _jobs(nodes: tuple[str, ...], first: tuple[str, ...]) -> str:
+    names = _rules(nodes)
+    if len(names) <= LISTED:
+        return ", ".join(names)
+    starts = _rules(first)
+    them = "them" if len(starts) > 1 else "it"
+    return f"{', '.join(starts)} and every rule after {them} ({len(names)} rules)"
+
+
+def reruns_text(key: str, note: str | None, what: Reruns) -> str:
+    """A key's reruns cell: its note, then the rules that rerun, then those that rerun where a
+    value computed from the key changes (the largest of a list, whether a model is pruned)."""
+    if note and "`" in note:
+        raise ValueError(f"config key {key}: its reruns note names rules; they are generated")
+    parts = [note] if note else []
+    if what.whole:
+        parts.append(_jobs(what.whole, what.first))
+    if what.partial:
+        parts.append(
+            f"where a value computed from it changes, {_jobs(what.partial, what.partial_first)}"
+        )
+    if not parts:
+        raise ValueError(f"config key {key}: no rule's params read it and it has no reruns note")
+    return "; ".join(parts)
+
+
 def _rows(node: Mapping[str, Any], schema: Mapping, own: set[str]) -> Iterator[tuple[str, dict]]:
     """(key, its spec) of a block's keys, a sub-block's (pruning.benchmarks) as dotted keys; at
     the top level a mapping without its own table as dotted keys, and the blocks with their own
@@ -119,14 +165,15 @@ def _experiment(config: Mapping[str, Any], block: str, key: str) -> Any:
 
 
 def block_table(block: str, schema: Mapping, own: set[str], config: Mapping[str, Any]) -> str:
-    """A block's table: key, default, values, meaning, and what reruns (where noted)."""
+    """A block's table: key, default, values, meaning, and what reruns (for a block of named
+    entries, where noted)."""
     node = schema if block == "." else resolved(schema["properties"][block], schema)
     named = "properties" not in node  # corpora, models: the keys of one named entry
     if named:
         node = resolved(node["additionalProperties"], schema)
     rows = list(_rows(node, schema, own))
-    reruns = any("reruns" in spec for _, spec in rows)
-    head = ["key", "default", "values", "meaning"] + (["reruns"] if reruns else [])
+    notes = any("reruns" in spec for _, spec in rows)
+    head = ["key", "default", "values", "meaning"] + (["reruns"] if notes or not named else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, spec in rows:
         if "default" in spec:
@@ -137,7 +184,13 @@ def block_table(block: str, schema: Mapping, own: set[str], config: Mapping[str,
         if used is not None and used != spec.get("default"):
             default += f" (`config/config.yaml`: {value(used)})"
         cells = [f"`{key}`", default, allowed(spec), _text(spec, "description")]
-        lines.append("| " + " | ".join(cells + ([_text(spec, "reruns")] if reruns else [])) + " |")
+        if not named:
+            dotted = key if block == "." else f"{block}.{key}"
+            note = _text(spec, "reruns") or None
+            cells.append(reruns_text(dotted, note, reruns(dotted)).replace("|", "\\|"))
+        elif notes:
+            cells.append(_text(spec, "reruns"))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

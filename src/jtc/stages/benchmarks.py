@@ -27,15 +27,14 @@ def run_benchmarks(
     out: str,
     *,
     settings: dict,
-    selection_rule: str,
-    variants: list[str],
+    measured: dict,
     batch_size: int,
     seed: int,
     threads: int,
 ) -> None:
     """Every document of every task scored (acc, acc_norm) for the full model and, for every
-    length and variant, the span `selection_rule` chose, each pruned in memory
-    (jtc.measures.benchmarks.run_benchmarks)."""
+    length and variant, the span pruning.export_selection chose, each pruned in memory
+    (jtc.measures.benchmarks.run_benchmarks); `measured` is MeasuredSettings' param."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.measures.benchmarks import run_benchmarks as run
@@ -43,11 +42,11 @@ def run_benchmarks(
     from jtc.measures.tasks import read_task_configs
     from jtc.model.adapters import adapter_of
     from jtc.model.cache import load_model
-    from jtc.settings import BenchmarkSettings
+    from jtc.settings import BenchmarkSettings, MeasuredSettings
 
-    config = BenchmarkSettings.of(settings)
+    config, which = BenchmarkSettings.of(settings), MeasuredSettings.of(measured)
     net, tokenizer, info = load_model(model_dir, threads)
-    subjects = measured_subjects(read_table(selection), selection_rule, variants)
+    subjects = measured_subjects(read_table(selection), which.export_selection, which.variants)
     ready()
     documents = run(
         net,

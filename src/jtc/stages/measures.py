@@ -16,22 +16,22 @@ def context_perplexity(
     model: str,
     corpus: str,
     settings: dict,
-    calibration: dict,
-    export: dict,
+    measured: dict,
     batch_size: int,
     threads: int,
     device_map: str | None = None,
 ) -> None:
     """Every measured model's cross entropy and top-1 agreement with the full model on the
-    same windows of held-out documents, one row per window (jtc.measures.context)."""
+    same windows of held-out documents, one row per window (jtc.measures.context); `settings`
+    is pruning.context, `measured` the rest of what it reads of pruning."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.measures.context import context_perplexity as measure
     from jtc.model.cache import load_model
-    from jtc.settings import CalibrationSettings, ContextSettings, ExportSettings
+    from jtc.settings import ContextMeasuredSettings, ContextSettings
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
-    context, fitted = ContextSettings.of(settings), CalibrationSettings.of(calibration)
+    context, subjects = ContextSettings.of(settings), ContextMeasuredSettings.of(measured)
     ready()
     windows = measure(
         net,
@@ -42,9 +42,9 @@ def context_perplexity(
         maps,
         contexts=context.lengths,
         windows=context.windows,
-        rule=ExportSettings.of(export).export_selection,
-        variants=fitted.variants,
-        calibration_sentences=fitted.calibration_sentences,
+        rule=subjects.export_selection,
+        variants=subjects.variants,
+        calibration_sentences=subjects.calibration_sentences,
         corpus=corpus,
         model_name=model,
         batch_size=batch_size,
@@ -61,8 +61,7 @@ def generation_fidelity(
     *,
     corpus: str,
     settings: dict,
-    span_runs: dict,
-    export: dict,
+    measured: dict,
     batch_size: int,
     max_tokens: int,
     threads: int,
@@ -70,15 +69,16 @@ def generation_fidelity(
 ) -> None:
     """Every measured model's greedy continuation of held-out prompts (validation sentences
     after those the span runs score) against the full model's, one row per prompt
-    (jtc.measures.fidelity)."""
+    (jtc.measures.fidelity); `settings` is pruning.generation, `measured` the rest of what it
+    reads of pruning."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.measures.fidelity import generation_fidelity as measure
     from jtc.model.cache import load_model
-    from jtc.settings import ExportSettings, GenerationSettings, SpanRunSettings
+    from jtc.settings import GenerationMeasuredSettings, GenerationSettings
 
     net, tokenizer, info = load_model(model_dir, threads, device_map)
-    generation, runs = GenerationSettings.of(settings), SpanRunSettings.of(span_runs)
+    generation, subjects = GenerationSettings.of(settings), GenerationMeasuredSettings.of(measured)
     ready()
     prompts = measure(
         net,
@@ -89,9 +89,9 @@ def generation_fidelity(
         maps,
         prompts=generation.prompts,
         new_tokens=generation.new_tokens,
-        skip=max(runs.evaluation_sentences, runs.selected_sentences),
-        rule=ExportSettings.of(export).export_selection,
-        variants=runs.variants,
+        skip=subjects.prompts_after(),
+        rule=subjects.export_selection,
+        variants=subjects.variants,
         corpus=corpus,
         max_tokens=max_tokens,
         batch_size=batch_size,
