@@ -8,13 +8,13 @@ library. The training block has one sub-block per method (training.<method>), wh
 `defaults` and `from_config` name: `LowRankSettings.param(config, "njtc")`; an object of a
 fixed sub-block names it in SUB_BLOCK (pruning.benchmarks: BenchmarkSettings). A new key is
 therefore added in two places: the config schema (its type, bounds, default and description,
-src/jtc/runs/config.schema.yaml) and the field here, where the library reads it. Defaults are
+src/jtc/pipeline/config.schema.yaml) and the field here, where the library reads it. Defaults are
 the schema's, never retyped: the workflow's checked config has them filled in, and `defaults()`
 reads them for use outside the workflow (the API, tests, benchmarks). A stage reads only the
 keys its object has, so changing another key of the same block reruns other stages, not this
 one: a rule's params hold the objects of exactly what its job reads (a small object of its own
 where a stage reads a few keys of a block, as the measures do), and config/README.md says what
-each key reruns from them (jtc.runs.rule_reads).
+each key reruns from them (jtc.pipeline.rule_reads).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Self
 
 import yaml
 
-SCHEMA = Path(__file__).parent / "runs" / "config.schema.yaml"
+SCHEMA = Path(__file__).parent / "pipeline" / "config.schema.yaml"
 # early_exit.lambdas empty: 125 values from −0.12 (a threshold below 0: every token exits at
 # min_layer) to 1.12 (above 1: none does) in steps of 0.01
 DEFAULT_LAMBDAS = tuple(round(-0.12 + 0.01 * i, 2) for i in range(125))

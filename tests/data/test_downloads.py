@@ -164,7 +164,7 @@ def test_a_file_that_is_no_mediawiki_dump_is_named(tmp_path, data):
 def test_download_keys_are_checked(corpus, problem):
     from configs import BASE
 
-    from jtc.runs.config import ConfigError, validate_config
+    from jtc.pipeline.config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match=re.escape(problem)):
         validate_config({**BASE, "corpora": {"c": corpus}})
@@ -174,8 +174,8 @@ def test_a_mediawiki_corpus_is_planned_with_its_download(tmp_path):
     from configs import BASE
 
     from jtc import paths
-    from jtc.runs.config import ConfigError
-    from jtc.runs.planning import checked_config
+    from jtc.pipeline.config import ConfigError
+    from jtc.pipeline.planning import checked_config
 
     spec = {"source": "mediawiki", "url": "https://example.org/w.xml.bz2", "timeout": 2.5}
     checked = checked_config({**BASE, "corpora": {"w": spec}}, [])
@@ -189,7 +189,7 @@ def test_a_mediawiki_corpus_is_planned_with_its_download(tmp_path):
 
 
 def test_a_mediawiki_download_is_fingerprinted_like_an_archive(tmp_path, monkeypatch):
-    from jtc.runs.fingerprint import corpus_fingerprint
+    from jtc.pipeline.fingerprint import corpus_fingerprint
 
     monkeypatch.chdir(tmp_path)
     content = b"a dump"

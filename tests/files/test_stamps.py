@@ -22,7 +22,7 @@ from jtc.files.planned import (
     replaced_outputs,
     stale_outputs,
 )
-from jtc.runs.config import command_line_config, merged
+from jtc.pipeline.config import command_line_config, merged
 from jtc.shortcuts.maps import load_map, save_maps
 
 

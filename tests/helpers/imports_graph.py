@@ -1,7 +1,7 @@
 """The import graph of the jtc package, read from its sources (the modules are not imported):
 which jtc modules each module's import statements name, at its top level (`if TYPE_CHECKING:`
 blocks included) or also inside its functions, and the first line naming each (a statement
-resolved as code tracking resolves it, jtc.runs.tracking); and a cycle finder. Shared by
+resolved as code tracking resolves it, jtc.pipeline.tracking); and a cycle finder. Shared by
 tests/package/test_import_cycles.py and tests/package/test_layering.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from jtc.runs.tracking import _imported
+from jtc.pipeline.tracking import _imported
 
 SRC = Path(__file__).parents[2] / "src"
 

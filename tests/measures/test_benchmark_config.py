@@ -4,9 +4,9 @@ resource shape read from it."""
 
 import pytest
 
-from jtc.runs.config import ConfigError, validate_config
-from jtc.runs.planning import Experiment
-from jtc.runs.resources import REQUEST_TOKENS, Shape, stage_shape
+from jtc.pipeline.config import ConfigError, validate_config
+from jtc.pipeline.planning import Experiment
+from jtc.pipeline.resources import REQUEST_TOKENS, Shape, stage_shape
 from jtc.settings import BenchmarkSettings
 
 BASE = {

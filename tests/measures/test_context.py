@@ -125,8 +125,8 @@ def test_full_against_itself_and_drop_against_a_direct_computation():
 def test_planning_refuses_a_context_beyond_the_models_positions():
     from configs import BASE
 
-    from jtc.runs.config import validate_config
-    from jtc.runs.planning import measures_problem
+    from jtc.pipeline.config import validate_config
+    from jtc.pipeline.planning import measures_problem
 
     pruning = validate_config(BASE)["pruning"]
     assert measures_problem("tiny", 8192, pruning) is None

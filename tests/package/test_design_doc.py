@@ -5,7 +5,7 @@ its shape, every shared rule file; and nothing that is gone."""
 import re
 from pathlib import Path
 
-from jtc.runs.rule_reads import WORKFLOW, read_workflow
+from jtc.pipeline.rule_reads import WORKFLOW, read_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"

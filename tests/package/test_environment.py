@@ -29,8 +29,8 @@ NOT_IN_ENV = ["snakemake", "snakemake-executor-plugin-slurm", "pytest", "ruff", 
 # Modules of src/jtc that only a checkout with the workflow installed runs, never a job: they may
 # import the workflow extra (Snakemake) too.
 WORKFLOW_SIDE = {
-    "src/jtc/runs/rule_reads.py": "compiles the rule files with Snakemake's own parser, for "
-    "config/README.md's reruns column (jtc.runs.config_docs)",
+    "src/jtc/pipeline/rule_reads.py": "compiles the rule files with Snakemake's own parser, for "
+    "config/README.md's reruns column (jtc.pipeline.config_docs)",
 }
 
 

@@ -1,7 +1,7 @@
-"""Planning and the small jobs stay torch-free: every module of jtc.runs, and every jtc module
+"""Planning and the small jobs stay torch-free: every module of jtc.pipeline, and every jtc module
 the Snakefile and its rule files import, loads neither torch nor transformers; planning imports
 no stage module; and the stage functions of the rules that need no model reach no module that
-imports torch at its top level (jtc.runs.tracking's closures, read from the sources)."""
+imports torch at its top level (jtc.pipeline.tracking's closures, read from the sources)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jtc.runs.tracking import function_imports, module_path, script_closure
+from jtc.pipeline.tracking import function_imports, module_path, script_closure
 
 ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src"
@@ -69,9 +69,9 @@ print(json.dumps({{"heavy": heavy, "stages": stages, "src": sys.modules["jtc"]._
 
 
 def _runs_modules() -> list[str]:
-    package = SRC / "jtc" / "runs"
+    package = SRC / "jtc" / "pipeline"
     return sorted(
-        "jtc.runs" if path.stem == "__init__" else f"jtc.runs.{path.stem}"
+        "jtc.pipeline" if path.stem == "__init__" else f"jtc.pipeline.{path.stem}"
         for path in package.glob("*.py")
     )
 
@@ -89,9 +89,9 @@ def _planning_imports() -> list[str]:
 
 def test_planning_and_the_runs_package_load_no_torch():
     modules = _runs_modules()
-    assert {"jtc.runs.planning", "jtc.runs.tracking", "jtc.runs.keep"} <= set(modules)
+    assert {"jtc.pipeline.planning", "jtc.pipeline.tracking", "jtc.pipeline.keep"} <= set(modules)
     planning = _planning_imports()
-    assert {"jtc.runs.planning", "jtc.report.headline"} <= set(planning)
+    assert {"jtc.pipeline.planning", "jtc.report.headline"} <= set(planning)
     assert not [m for m in planning if m.startswith("jtc.stages")], planning
     loaded = _loaded_after(modules + planning)
     assert Path(loaded["src"]).is_relative_to(SRC)  # this checkout's jtc
@@ -176,7 +176,7 @@ def test_the_torch_free_stages_reach_no_module_that_imports_torch():
 
 
 def test_importing_what_the_torch_free_stages_import_loads_no_torch():
-    modules = {"jtc.runs.jobs"}  # every script runs its stage inside jtc.runs.jobs.job
+    modules = {"jtc.pipeline.jobs"}  # every script runs its stage inside jtc.pipeline.jobs.job
     for rule in TORCH_FREE:
         stage = _stage_of(rule)
         modules |= function_imports(SRC, stage, rule) | {stage}

@@ -17,6 +17,7 @@ from tiny import SENTENCES, make_model
 from jtc.model.adapters import get_adapter
 from jtc.model.cache import cache_model, load_cached
 from jtc.model.manifest import model_fingerprint
+from jtc.pipeline.config import ConfigError, validate_config
 from jtc.pruning.calibrate import calibrate, fit_span
 from jtc.pruning.checkpoint import export
 from jtc.pruning.cosine import cosine_rows, fit_cosine_span, span_losses
@@ -27,7 +28,6 @@ from jtc.pruning.runs import SpanRun, stand_in
 from jtc.pruning.spans import StatisticsPlan, spans
 from jtc.pruning.sums import every_state, span_statistics
 from jtc.pruning.variants import variant_of
-from jtc.runs.config import ConfigError, validate_config
 from jtc.settings import CalibrationSettings, CosineSettings
 
 LAYERS = 6
@@ -218,7 +218,7 @@ def test_the_settings_reach_the_calibration():
 def test_the_calibration_jobs_request_counts_the_rows_and_the_passes(tmp_path, monkeypatch):
     """calibrate_pruning's memory and time requests grow with replaceme_cosine's rows (every
     start's X and every start's and end's h) and its Adam passes (spans × epochs)."""
-    from jtc.runs.resources import memory_mb, runtime_minutes, stage_shape
+    from jtc.pipeline.resources import memory_mb, runtime_minutes, stage_shape
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     shapes = {}

@@ -16,6 +16,8 @@ from tiny import SENTENCES, make_model
 
 from jtc.cli import _parser
 from jtc.model.adapters import get_adapter
+from jtc.pipeline.config import ConfigError, load_schema, validate_config
+from jtc.pipeline.tracking import script_closure
 from jtc.pruning.calibrate import FIT_MODULES, fit_function, fit_span
 from jtc.pruning.fits import SpanFit
 from jtc.pruning.pruned import stand_in_module, stand_in_state
@@ -30,8 +32,6 @@ from jtc.pruning.variants import (
     registry,
     variant_of,
 )
-from jtc.runs.config import ConfigError, load_schema, validate_config
-from jtc.runs.tracking import script_closure
 from jtc.settings import SCHEMA, CalibrationSettings, CosineSettings
 from jtc.shortcuts.maps import ShortcutMap
 
@@ -79,7 +79,7 @@ def test_the_method_docs_list_every_variant():
 
 
 def test_every_fit_is_the_calibrations_tracked_code():
-    """calibrate_pruning's code hash (jtc.runs.tracking, which reads import statements) covers
+    """calibrate_pruning's code hash (jtc.pipeline.tracking, which reads import statements) covers
     the module of every variant's fit, so that editing a fit reruns the calibration."""
     tracked = script_closure(ROOT / "src", ROOT / "workflow" / "scripts" / "calibrate_pruning.py")
     for record in VARIANTS.values():

@@ -200,7 +200,7 @@ def test_the_landing_page_names_the_underdetermined_maps_only_when_there_are_som
 
 
 def test_the_end_of_run_message_names_the_underdetermined_maps(tmp_path):
-    from jtc.runs.summary import problems
+    from jtc.pipeline.summary import problems
 
     metrics = tmp_path / "results/metrics"
     for model, rows in (("tiny", 20), ("big", 2000)):

@@ -13,8 +13,8 @@ from fake_gpu import fake_nvidia_smi
 from harness import JOB_LINE, copy_run, read_config, run_snakemake, snapshot
 
 from jtc import paths
-from jtc.runs.gpus import MIB
-from jtc.runs.resources import Shape, gpu_memory_percent
+from jtc.pipeline.gpus import MIB
+from jtc.pipeline.resources import Shape, gpu_memory_percent
 
 pytestmark = pytest.mark.workflow
 
@@ -41,7 +41,7 @@ def _extract_both_splits(workdir: Path, gpu_mib: int):
 
 
 def _expected_shares(workdir: Path, gpu_mib: int) -> list[int]:
-    """What jtc.runs.resources gives each split's job for the cached model, in order."""
+    """What jtc.pipeline.resources gives each split's job for the cached model, in order."""
     config = read_config(workdir)
     model = workdir / paths.MODEL.format(model="gpt")
     shapes = [Shape.of(model, config["sizes"][s], config["max_tokens"]) for s in SPLITS]

@@ -14,7 +14,7 @@ import pytest
 from harness import make_tiny_project, run_snakemake, start_snakemake
 from safetensors.numpy import load_file
 
-from jtc.runs.locks import workers_in
+from jtc.pipeline.locks import workers_in
 
 pytestmark = pytest.mark.workflow
 
@@ -34,7 +34,7 @@ STAGES = [
     "plot_early_exit",
 ]
 # at these, only the Snakemake process is killed (kill -9 of it alone, the OOM killer): its jobs
-# must end by themselves (jtc.runs.watchdog) so that the plain rerun finds no job still writing
+# must end by themselves (jtc.pipeline.watchdog) so that the plain rerun finds no job still writing
 ALONE = {"extract_hidden", "decode_predictions"}
 
 

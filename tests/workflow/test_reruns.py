@@ -1,7 +1,7 @@
 """What a changed setting reruns in a copy of the finished tiny run: exactly the jobs that read
 it (the split sizes, positions, the summary, early exit and shortlist settings, the trained
 methods, the compute settings); and, for every key of the pruning block, exactly the rules
-config/README.md's reruns column names (jtc.runs.reruns), planned on one finished run with
+config/README.md's reruns column names (jtc.pipeline.reruns), planned on one finished run with
 depth pruning, its measures, benchmarks and pruned model."""
 
 import re
@@ -22,9 +22,9 @@ from harness import (
     write_config,
 )
 
-from jtc.runs.config_docs import README
-from jtc.runs.reruns import JOB_GRAPH, TARGETS, read_job_graph, snakemake_job_graph
-from jtc.runs.rule_reads import read_workflow
+from jtc.pipeline.config_docs import README
+from jtc.pipeline.reruns import JOB_GRAPH, TARGETS, read_job_graph, snakemake_job_graph
+from jtc.pipeline.rule_reads import read_workflow
 from jtc.settings import SCHEMA
 from jtc.shortcuts.maps import read_metadata
 
@@ -392,7 +392,7 @@ def test_a_pruning_key_reruns_the_rules_its_column_names(key, pruning_run, plann
 
 
 def test_the_job_graph_is_the_one_snakemake_plans(pruning_run):
-    """workflow/job_graph.yaml (python -m jtc.runs.reruns), among the jobs of the pruning run:
+    """workflow/job_graph.yaml (python -m jtc.pipeline.reruns), among the jobs of the pruning run:
     the same jobs read the same jobs' outputs."""
     work, _ = pruning_run
     here = snakemake_job_graph(work, work / "config.yaml")

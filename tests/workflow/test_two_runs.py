@@ -12,7 +12,7 @@ import time
 import pytest
 from harness import link_inputs, read_config, run_snakemake, start_snakemake, write_config
 
-from jtc.runs.locks import RUN_LOCK
+from jtc.pipeline.locks import RUN_LOCK
 
 pytestmark = pytest.mark.workflow
 

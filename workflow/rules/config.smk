@@ -9,9 +9,9 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.shortcuts.parts import VARIANTS
-from jtc.runs.config import ConfigError, command_line_config
-from jtc.runs.planning import Experiment, checked_config
-from jtc.runs.planning import alternatives as _alternatives
+from jtc.pipeline.config import ConfigError, command_line_config
+from jtc.pipeline.planning import Experiment, checked_config
+from jtc.pipeline.planning import alternatives as _alternatives
 
 _given = config
 if (
@@ -24,7 +24,7 @@ if (
     # the file given replaces it instead, as in direct use (workflow/profiles/default)
     _given = copy.deepcopy(workflow.config_settings.overwrite_config)
 try:
-    # --config key=value alone sets keys of config/config.yaml (jtc.runs.config.command_line_config)
+    # --config key=value alone sets keys of config/config.yaml (jtc.pipeline.config.command_line_config)
     _in_force = command_line_config(
         _given,
         DEFAULT_CONFIG,
@@ -37,7 +37,7 @@ except ConfigError as err:
 config.clear()
 config.update(_checked)
 
-EXPERIMENT = Experiment.of(config)  # jtc.runs.planning.Experiment
+EXPERIMENT = Experiment.of(config)  # jtc.pipeline.planning.Experiment
 MODELS = EXPERIMENT.models
 CORPORA = EXPERIMENT.corpora
 METHODS = EXPERIMENT.methods

@@ -9,22 +9,22 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
-from jtc.runs.keep import NO_LINKS_NOTE, Keeper, drop_stale
-from jtc.runs.draws import sizes_problem
-from jtc.runs.locks import run_start
-from jtc.runs.planning import (
+from jtc.pipeline.keep import NO_LINKS_NOTE, Keeper, drop_stale
+from jtc.pipeline.draws import sizes_problem
+from jtc.pipeline.locks import run_start
+from jtc.pipeline.planning import (
     gpu_problem,
     planned_jobs,
     replaced_note,
     stale_problem,
 )
-from jtc.runs.summary import run_summary
-from jtc.runs.watchdog import mark_run
+from jtc.pipeline.summary import run_summary
+from jtc.pipeline.watchdog import mark_run
 
 # a run killed with SIGKILL leaves its locks; with no other Snakemake working here, drop them
 # so that a plain rerun resumes (workflow/profiles/default adds --rerun-incomplete for its last
 # jobs); locks kept because processes still work here are named, with how to stop them
-# (jtc.runs.locks.run_start); one run at a time in a folder, even two started at once: the
+# (jtc.pipeline.locks.run_start); one run at a time in a folder, even two started at once: the
 # second stops here with jtc's message, before Snakemake's advice to --unlock
 if workflow.is_main_process:
     _notes, _refused = run_start(
@@ -35,7 +35,7 @@ if workflow.is_main_process:
     if _refused:
         raise WorkflowError(_refused)
 
-# A failed job costs nothing already computed (jtc.runs.keep): every output under results/ gets a
+# A failed job costs nothing already computed (jtc.pipeline.keep): every output under results/ gets a
 # hard link before the jobs start; if the run fails, the outputs that failed jobs had deleted
 # are put back with Snakemake's record of them; a successful run drops the links.
 KEEPER = Keeper.of_snakemake(
@@ -57,7 +57,7 @@ def _restore_kept():
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
     made with other settings (or are other outputs), and more sentences than a prepared
-    corpus has (jtc.runs.draws); say which outputs it replaces as the config changed."""
+    corpus has (jtc.pipeline.draws); say which outputs it replaces as the config changed."""
     jobs = planned_jobs(workflow.dag)
     problem = stale_problem(jobs) or sizes_problem(jobs, config)
     if problem:
@@ -69,7 +69,7 @@ def _check_experiment():
 
 onstart:
     if workflow.local_exec:
-        mark_run()  # the jobs end themselves if this process is killed (jtc.runs.watchdog)
+        mark_run()  # the jobs end themselves if this process is killed (jtc.pipeline.watchdog)
     # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
     # refused before any job runs; a cluster's jobs run elsewhere and check it there
     _problem = gpu_problem(config["models"], _local_gpu)  # resources.smk

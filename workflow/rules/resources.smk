@@ -1,7 +1,7 @@
-# What each job asks of the machine (jtc.runs.resources): memory and run time, for a
+# What each job asks of the machine (jtc.pipeline.resources): memory and run time, for a
 # cluster's scheduler, and its share of the local GPU's memory; and that GPU, probed once.
-from jtc.runs.gpus import local_gpu
-from jtc.runs.resources import (
+from jtc.pipeline.gpus import local_gpu
+from jtc.pipeline.resources import (
     gpu_memory_percent,
     memory_mb,
     runtime_minutes,
@@ -11,7 +11,7 @@ from jtc.runs.resources import (
 
 
 def _stage_shape(stage, wildcards, split):
-    """The job's model shape and sentences (jtc.runs.resources.stage_shape); a job with a
+    """The job's model shape and sentences (jtc.pipeline.resources.stage_shape); a job with a
     split wildcard reads that split."""
     return stage_shape(
         stage, config, wildcards.model, getattr(wildcards, "split", split)

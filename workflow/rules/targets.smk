@@ -1,4 +1,4 @@
-# The targets of `all` (every output of the experiment, jtc.runs.planning.Experiment), each
+# The targets of `all` (every output of the experiment, jtc.pipeline.planning.Experiment), each
 # existing one checked while planning, and the report's landing page.
 import sys
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
-from jtc.runs.planning import damaged_problem, leftovers_note
+from jtc.pipeline.planning import damaged_problem, leftovers_note
 
 
 def _outputs_of(rule, **wildcards):

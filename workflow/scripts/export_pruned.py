@@ -1,4 +1,4 @@
-from jtc.runs.jobs import job
+from jtc.pipeline.jobs import job
 from jtc.stages.pruning import export_pruned
 
 p = snakemake.params

@@ -1,4 +1,4 @@
-from jtc.runs.jobs import job
+from jtc.pipeline.jobs import job
 from jtc.stages.report import headline_table
 
 with job(snakemake):

@@ -1,4 +1,4 @@
-from jtc.runs.jobs import job
+from jtc.pipeline.jobs import job
 from jtc.stages.early_exit import plot_early_exit
 
 with job(snakemake):

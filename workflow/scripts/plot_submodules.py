@@ -1,4 +1,4 @@
-from jtc.runs.jobs import job
+from jtc.pipeline.jobs import job
 from jtc.stages.submodules import plot_submodules
 
 with job(snakemake):

@@ -1,4 +1,4 @@
-from jtc.runs.jobs import job
+from jtc.pipeline.jobs import job
 from jtc.stages.benchmarks import run_benchmarks
 
 p = snakemake.params

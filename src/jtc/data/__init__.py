@@ -1,4 +1,4 @@
 """Data: corpora and sentence tables, hidden-state extraction and the hidden-state format.
 
-Kept empty on purpose: code tracking (jtc.runs.tracking) hashes every package
+Kept empty on purpose: code tracking (jtc.pipeline.tracking) hashes every package
 __init__ a job imports, so code here would rerun every job below it."""

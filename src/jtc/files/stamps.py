@@ -14,7 +14,7 @@ place, with the size, mtime and sha256 of each of the folder's files (jtc.files.
   with the settings the run would make it with (jtc.files.planned), so that an output left by
   another experiment, or put back by hand, is refused instead of read.
 
-The stamps a job writes are registered by `jtc.runs.jobs.job` (`begin`); outside a workflow job
+The stamps a job writes are registered by `jtc.pipeline.jobs.job` (`begin`); outside a workflow job
 (tests, the API) files are written without one and read without the check. Standard library
 only: the workflow imports it while it plans.
 """

@@ -1,13 +1,13 @@
 """What is wrong with the measures' settings (config pruning.context, pruning.generation), for
 a model of a known number of positions: torch-free, so that planning refuses it before a job
-runs (jtc.runs.planning) and the jobs themselves refuse it too."""
+runs (jtc.pipeline.planning) and the jobs themselves refuse it too."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 # the logits a measures job holds at once (context windows are batched to stay below; the
-# jobs' memory requests count it, jtc.runs.resources)
+# jobs' memory requests count it, jtc.pipeline.resources)
 LOGITS_ELEMENTS = 1 << 26
 
 

@@ -209,7 +209,7 @@ def part_problem(name: str, spec: dict[str, Any]) -> str | None:
         return None
     declared = ADAPTERS.get(str(config.get("model_type")))
     if declared is None:
-        return None  # known once the model is cached (jtc.runs.planning.resolved_problem)
+        return None  # known once the model is cached (jtc.pipeline.planning.resolved_problem)
     try:
         part_adapter(declared)
     except UnsupportedArchitecture as err:

@@ -34,7 +34,7 @@ from jtc.shortcuts.methods import default_rank
 log = logging.getLogger(__name__)
 CALIBRATION_KEY = "pruning.calibration_sentences"
 # the modules the variants' fits live in (jtc.pruning.variants names each fit "module:function");
-# imported here, so that the code tracker (jtc.runs.tracking) counts them as the calibration's
+# imported here, so that the code tracker (jtc.pipeline.tracking) counts them as the calibration's
 FIT_MODULES = {m.__name__: m for m in (fits, cosine)}
 
 

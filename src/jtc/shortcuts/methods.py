@@ -47,7 +47,7 @@ METHODS: dict[str, Method] = {
         Method(
             "rrr",
             "reduced-rank regression: the closed-form optimum of NJTC's objective (rank as NJTC)",
-            settings=RankSettings,  # unset: NJTC's (jtc.runs.config)
+            settings=RankSettings,  # unset: NJTC's (jtc.pipeline.config)
         ),
         Method(
             "nnjtc",

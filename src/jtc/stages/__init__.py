@@ -4,5 +4,5 @@ atomically; workflow/scripts/<rule>.py only unpacks `snakemake.*` and calls it.
 
 Library modules are imported inside the stage functions that use them (never at the top of a
 stage module): each rule's code hash covers exactly the modules its function can load (see
-jtc.runs.tracking), and the many small torch-free jobs start without importing torch.
+jtc.pipeline.tracking), and the many small torch-free jobs start without importing torch.
 """

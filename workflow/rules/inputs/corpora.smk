@@ -1,6 +1,6 @@
 # The input and params functions of the rules in corpora.smk, which includes this file at its
 # top. Those that several families share are in shared.smk.
-from jtc.runs.fingerprint import corpus_fingerprint
+from jtc.pipeline.fingerprint import corpus_fingerprint
 
 
 def corpus_content(wildcards):

@@ -1,6 +1,6 @@
 # The input and params functions of the rules in models.smk, which includes this file at its
 # top. Those that several families share are in shared.smk.
-from jtc.runs.fingerprint import model_fingerprint
+from jtc.pipeline.fingerprint import model_fingerprint
 
 
 def cached_spec(wildcards):

@@ -10,15 +10,15 @@ from snakemake.exceptions import WorkflowError
 
 from jtc import paths
 from jtc.files.io import CorruptFileError, read_json
-from jtc.runs.config import split_positions
-from jtc.runs.draws import split_counts, split_draws, split_problem
-from jtc.runs.planning import resolved_problem
-from jtc.runs.tracking import code_hash as _code_hash
+from jtc.pipeline.config import split_positions
+from jtc.pipeline.draws import split_counts, split_draws, split_problem
+from jtc.pipeline.planning import resolved_problem
+from jtc.pipeline.tracking import code_hash as _code_hash
 
 
 def code_hash(rule):
     """Hash of the code a rule's job runs: its script workflow/scripts/<rule>.py and every jtc
-    module that script can load (jtc.runs.tracking), so that editing them reruns the rule. The
+    module that script can load (jtc.pipeline.tracking), so that editing them reruns the rule. The
     script is read from the workflow's own tree (workflow_file: on disk, or a remote module's
     cached copy), jtc from the folder it is imported from (SRC, workflow/Snakefile).
     """
@@ -63,7 +63,7 @@ def checked_model_dir(model, predict=False, parts=False, prune=False):
 def checked_sentences(corpus, rule):
     """A corpus's sentence table, known once its prepare_corpus checkpoint has run, refused
     (while planning, before any job of `rule` starts) when `rule` draws more sentences from a
-    split than the table has, naming the config key that asks for them (jtc.runs.draws).
+    split than the table has, naming the config key that asks for them (jtc.pipeline.draws).
     """
     table = checkpoints.prepare_corpus.get(corpus=corpus).output[0]
     draws = split_draws(config, [rule])

@@ -1,5 +1,5 @@
 """Code tracking: each rule's code hash covers its script and every jtc module its stage function
-can load (jtc.runs.tracking), and the rules, scripts and stage modules mirror one another."""
+can load (jtc.pipeline.tracking), and the rules, scripts and stage modules mirror one another."""
 
 import re
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import copy_run, rules_run, run_snakemake
 
-from jtc.runs.tracking import code_hash, function_closure, module_closure, script_closure
+from jtc.pipeline.tracking import code_hash, function_closure, module_closure, script_closure
 
 ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src"

@@ -1,4 +1,4 @@
-"""Content fingerprints of external inputs (jtc.runs.fingerprint): what changes them, what the
+"""Content fingerprints of external inputs (jtc.pipeline.fingerprint): what changes them, what the
 cache saves, and, end to end, a text corpus replaced by one with the same size and modification time
 that still rebuilds the sentence table."""
 
@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from harness import TEXT, rules_run, run_snakemake, tiny_config, write_config
 
-from jtc.runs import fingerprint as fp
-from jtc.runs.fingerprint import (
+from jtc.pipeline import fingerprint as fp
+from jtc.pipeline.fingerprint import (
     FingerprintCache,
     corpus_fingerprint,
     fingerprint,
@@ -233,7 +233,9 @@ def test_model_fingerprints(hashed, tmp_path):
 
 
 def test_importable_without_torch():
-    code = "import sys, jtc.runs.fingerprint; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, jtc.pipeline.fingerprint; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

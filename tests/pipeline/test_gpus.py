@@ -5,9 +5,9 @@ without it."""
 import pytest
 from fake_gpu import fake_nvidia_smi
 
-from jtc.runs import gpus
-from jtc.runs.gpus import MIB, QUERIES, LocalGpu, first_visible, local_gpu, no_gpu_for_jobs
-from jtc.runs.planning import gpu_problem
+from jtc.pipeline import gpus
+from jtc.pipeline.gpus import MIB, QUERIES, LocalGpu, first_visible, local_gpu, no_gpu_for_jobs
+from jtc.pipeline.planning import gpu_problem
 
 FIELDS = QUERIES[0]  # index, uuid, name, memory.total, mig.mode.current, compute_cap
 LISTING = (

@@ -5,7 +5,7 @@ import math
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jtc.runs.summary import problems, run_summary
+from jtc.pipeline.summary import problems, run_summary
 
 
 def write(path, rows):

@@ -1,4 +1,4 @@
-"""One run at a time in a folder (jtc.runs.locks.take_run_lock, run_start): a run lock held by
+"""One run at a time in a folder (jtc.pipeline.locks.take_run_lock, run_start): a run lock held by
 another process refuses the next one with that process's PID and the `kill` command, and goes
 with the process; locks that jobs of a killed run still hold refuse a run (not a dry run) with
 their names, never with Snakemake's advice to --unlock. Plain processes, no Snakemake."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jtc.runs import locks
+from jtc.pipeline import locks
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads /proc (Linux only)"
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 HOLDER = """
 import sys, time
 from pathlib import Path
-from jtc.runs.locks import take_run_lock
+from jtc.pipeline.locks import take_run_lock
 assert take_run_lock(sys.argv[1]) is None
 Path(sys.argv[2]).write_text("held")
 time.sleep(60)

@@ -1,16 +1,16 @@
 """What reruns when a config key changes: every job whose params read it
-(jtc.runs.rule_reads) and every job after those, in JOB_GRAPH. config/README.md's "reruns"
-column is written from `reruns(key)` (jtc.runs.config_docs); tests/workflow/test_reruns.py
+(jtc.pipeline.rule_reads) and every job after those, in JOB_GRAPH. config/README.md's "reruns"
+column is written from `reruns(key)` (jtc.pipeline.config_docs); tests/workflow/test_reruns.py
 holds it to dry runs.
 
 JOB_GRAPH (workflow/job_graph.yaml) is the job graph Snakemake plans for the default experiment
 with every rule planned (graph_config), its jobs told apart by rule and `split` wildcard only
-(a key of sizes reads one split's jobs). `python -m jtc.runs.reruns` writes it: Snakemake caches
+(a key of sizes reads one split's jobs). `python -m jtc.pipeline.reruns` writes it: Snakemake caches
 the model and prepares the corpus in a scratch folder first (about a minute), since the jobs
 after a checkpoint are planned without their inputs until it has run.
 
-    python -m jtc.runs.reruns          # rewrite workflow/job_graph.yaml
-    python -m jtc.runs.reruns --check  # exit 1 if it differs
+    python -m jtc.pipeline.reruns          # rewrite workflow/job_graph.yaml
+    python -m jtc.pipeline.reruns --check  # exit 1 if it differs
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from jtc.runs.rule_reads import WORKFLOW, Rule, params_read, read_workflow
+from jtc.pipeline.rule_reads import WORKFLOW, Rule, params_read, read_workflow
 
 ROOT = WORKFLOW.parent
 JOB_GRAPH = WORKFLOW / "job_graph.yaml"
@@ -124,10 +124,10 @@ def default_job_graph(workflow: Path = WORKFLOW) -> dict[str, list[str]]:
 
 def graph_text(graph: dict[str, list[str]]) -> str:
     head = (
-        "# Written by `python -m jtc.runs.reruns` (do not edit): the job graph Snakemake plans\n"
-        "# for config/config.yaml with every rule planned (jtc.runs.reruns.graph_config), each\n"
+        "# Written by `python -m jtc.pipeline.reruns` (do not edit): the job graph Snakemake plans\n"
+        "# for config/config.yaml with every rule planned (jtc.pipeline.reruns.graph_config), each\n"
         "# job named by its rule (and split): under `reads`, the jobs that read its outputs.\n"
-        "# config/README.md's reruns column follows it (jtc.runs.config_docs).\n"
+        "# config/README.md's reruns column follows it (jtc.pipeline.config_docs).\n"
     )
     body = yaml.safe_dump({"reads": graph}, default_flow_style=None, width=100, sort_keys=False)
     return head + body
@@ -207,7 +207,7 @@ def reruns(key: str, graph_path: Path = JOB_GRAPH, workflow: Path = WORKFLOW) ->
     if missing:
         raise ValueError(
             f"config key {key}: rules {sorted(missing)} read it but are not in "
-            f"{graph_path.name}: python -m jtc.runs.reruns"
+            f"{graph_path.name}: python -m jtc.pipeline.reruns"
         )
     whole = _after(graph, readers[False])
     partial = _after(graph, readers[True]) - whole
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     text = graph_text(default_job_graph())
     if args.check:
         if text != JOB_GRAPH.read_text():
-            print(f"{JOB_GRAPH} is not Snakemake's job graph: python -m jtc.runs.reruns")
+            print(f"{JOB_GRAPH} is not Snakemake's job graph: python -m jtc.pipeline.reruns")
             return 1
         return 0
     JOB_GRAPH.write_text(text)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jtc.runs.gpus import MIB
-from jtc.runs.resources import (
+from jtc.pipeline.gpus import MIB
+from jtc.pipeline.resources import (
     Shape,
     gpu_memory_percent,
     memory_mb,
@@ -105,7 +105,7 @@ def test_jobs_that_hold_a_7b_model_share_an_h100_and_a_24_gb_gpu_takes_one_at_a_
 
 
 def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, monkeypatch):
-    from jtc.runs.config import validate_config
+    from jtc.pipeline.config import validate_config
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     config = validate_config(
@@ -127,7 +127,7 @@ def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, mon
 
 
 def test_a_jobs_epochs_add_up_its_methods():
-    from jtc.runs.config import validate_config
+    from jtc.pipeline.config import validate_config
 
     training = {"njtc": {"max_epochs": 5}, "tuned_lens": {"max_epochs": 3}}
     config = validate_config({**CONFIG, "training": training})
@@ -174,7 +174,7 @@ def test_positions_per_sentence_multiply_the_training_rows_and_are_bounded(tmp_p
     term stops growing at what LayerStates keeps, and extraction's run time follows the
     sentences."""
     from jtc.data.states import KEEP_BYTES
-    from jtc.runs.config import validate_config
+    from jtc.pipeline.config import validate_config
 
     monkeypatch.chdir(tmp_path)
     base = {
@@ -202,7 +202,7 @@ def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     """calibrate_pruning holds the calibration sentences, run_pruned the evaluation sentences
     and a run per span of every variant, and the selected sentences with the chosen spans; the
     measures their windows or prompts and models."""
-    from jtc.runs.config import validate_config
+    from jtc.pipeline.config import validate_config
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     pruning = {"lengths": [2], "variants": ["drop", "mat"], "export_variant": "drop"}

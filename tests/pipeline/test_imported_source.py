@@ -1,4 +1,4 @@
-"""Which jtc a run's jobs import (jtc.runs.tracking.imported_source): the checkout's src/ beside
+"""Which jtc a run's jobs import (jtc.pipeline.tracking.imported_source): the checkout's src/ beside
 the workflow, or, for a remote module, the installed package alone through a folder linking to
 it, so that planning hashes and jobs run the same code."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jtc.runs.tracking import code_hash, imported_source
+from jtc.pipeline.tracking import code_hash, imported_source
 
 ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "workflow/scripts/r2_table.py"

@@ -40,16 +40,16 @@ from jtc.model.sources import (
     planning_problem,
     source_problem,
 )
-from jtc.pruning.spans import pruning_problem, resolved_lengths
-from jtc.runs.config import (
+from jtc.pipeline.config import (
     ConfigError,
     check_config_file,
     layer_problem,
     rank_problem,
     validate_config,
 )
-from jtc.runs.draws import lines_problem
-from jtc.runs.gpus import LocalGpu, no_gpu_for_jobs
+from jtc.pipeline.draws import lines_problem
+from jtc.pipeline.gpus import LocalGpu, no_gpu_for_jobs
+from jtc.pruning.spans import pruning_problem, resolved_lengths
 from jtc.shortcuts.methods import METHODS, applicable
 from jtc.shortcuts.parts import jump_problem
 
@@ -161,7 +161,7 @@ def resolved_problem(
 def gpu_problem(models: dict[str, Any], find_gpu: Callable[[], LocalGpu | None]) -> str | None:
     """What this machine cannot run of what the models ask, for a run whose jobs run here: a
     `device_map` where the jobs will see no GPU, `dtype: bfloat16` on a GPU without it (compute
-    capability below 8.0). `find_gpu` (jtc.runs.gpus.local_gpu) is asked only when a model
+    capability below 8.0). `find_gpu` (jtc.pipeline.gpus.local_gpu) is asked only when a model
     needs it. The jobs refuse the same (jtc.model.cache.compute_problem); this says it before
     any job runs."""
     for name, spec in models.items():

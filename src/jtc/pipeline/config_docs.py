@@ -1,8 +1,8 @@
-"""config/README.md's key tables, generated from the config schema (src/jtc/runs/config.schema.yaml)
+"""config/README.md's key tables, generated from the config schema (src/jtc/pipeline/config.schema.yaml)
 so that no default or description is written twice: each key's default (and the default
 experiment's value, config/config.yaml, where it differs), the values it takes, what it means
 (its `description`) and what reruns when it changes: the rules whose jobs rerun, read off the
-workflow (jtc.runs.reruns: the keys each rule's params read, and the jobs after them), after
+workflow (jtc.pipeline.reruns: the keys each rule's params read, and the jobs after them), after
 the key's `reruns` note where it has one (a documentation keyword that validation ignores,
 saying what the key adds to or removes from the plan; it names no rule). The blocks of named
 entries (corpora, models) have notes only.
@@ -12,8 +12,8 @@ top-level keys (a mapping without a table of its own, such as `sizes`, as dotted
 `training` for the trained methods' blocks (a default column per kind of block), any other
 block by its name (`corpora`, `models`: the keys of one entry).
 
-    python -m jtc.runs.config_docs          # rewrite the tables in config/README.md
-    python -m jtc.runs.config_docs --check  # exit 1 if they differ (tests/runs/test_config_docs.py)
+    python -m jtc.pipeline.config_docs          # rewrite the tables in config/README.md
+    python -m jtc.pipeline.config_docs --check  # exit 1 if they differ (tests/pipeline/test_config_docs.py)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from jtc.runs.config import load_schema
-from jtc.runs.reruns import Reruns, node_of, reruns
+from jtc.pipeline.config import load_schema
+from jtc.pipeline.reruns import Reruns, node_of, reruns
 from jtc.settings import resolved
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     text = generated()
     if args.check:
         if text != README.read_text():
-            print(f"{README} differs from the schema's tables: python -m jtc.runs.config_docs")
+            print(f"{README} differs from the schema's tables: python -m jtc.pipeline.config_docs")
             return 1
         return 0
     README.write_text(text)

@@ -1,4 +1,4 @@
-"""What a config key reruns, read off the workflow (jtc.runs.rule_reads, jtc.runs.reruns): the
+"""What a config key reruns, read off the workflow (jtc.pipeline.rule_reads, jtc.pipeline.reruns): the
 keys a rule's params read through settings objects, lookups and the workflow's functions, a
 way of reaching the config it does not know refused by name, the job graph's rules, and the
 README's cells. Whether a dry run plans the same: tests/workflow/test_reruns.py."""
@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from jtc.runs.config_docs import LISTED, reruns_text
-from jtc.runs.reruns import JOB_GRAPH, Reruns, node_of, read_job_graph, reruns
-from jtc.runs.rule_reads import Read, ReadError, params_read, read_workflow
+from jtc.pipeline.config_docs import LISTED, reruns_text
+from jtc.pipeline.reruns import JOB_GRAPH, Reruns, node_of, read_job_graph, reruns
+from jtc.pipeline.rule_reads import Read, ReadError, params_read, read_workflow
 
 
 def workflow(tmp_path, rules: str):

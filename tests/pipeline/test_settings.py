@@ -7,7 +7,7 @@ import pytest
 from configs import BASE
 
 import jtc.settings
-from jtc.runs.config import load_schema, validate_config
+from jtc.pipeline.config import load_schema, validate_config
 from jtc.settings import (
     EarlyExitSettings,
     ExampleSettings,
@@ -22,8 +22,8 @@ from jtc.shortcuts.methods import METHODS, settings_of, settings_param
 
 # keys of a block that a Settings object reads that no object reads, and why
 READ_ELSEWHERE = {
-    ("pruning", "models"): "planning: which models get pruning jobs (jtc.runs.planning)",
-    ("pruning", "corpora"): "planning: which corpora get pruning jobs (jtc.runs.planning)",
+    ("pruning", "models"): "planning: which models get pruning jobs (jtc.pipeline.planning)",
+    ("pruning", "corpora"): "planning: which corpora get pruning jobs (jtc.pipeline.planning)",
     ("pruning", "benchmarks"): "a sub-block, read by BenchmarkSettings (SUB_BLOCK)",
     ("pruning", "in_all"): "planning: pruning.benchmarks.in_all, whether all runs them",
     (

@@ -1,5 +1,5 @@
 """What every workflow job does around its stage: its log (jtc.logs), an end of its own when the
-Snakemake process that started it dies (jtc.runs.watchdog), its inputs checked to be the outputs
+Snakemake process that started it dies (jtc.pipeline.watchdog), its inputs checked to be the outputs
 they are read as and its outputs stamped (jtc.files.stamps)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from jtc.files import stamps
 from jtc.logs import job_log
-from jtc.runs.watchdog import end_with_parent_run
+from jtc.pipeline.watchdog import end_with_parent_run
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
-"""Jobs end with their run (jtc.runs.watchdog), and a folder locked by processes that still
+"""Jobs end with their run (jtc.pipeline.watchdog), and a folder locked by processes that still
 work in it
-is explained (jtc.runs.locks.held_lock_message): fake runs and jobs, plain processes, no
+is explained (jtc.pipeline.locks.held_lock_message): fake runs and jobs, plain processes, no
 Snakemake."""
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jtc.runs import locks, watchdog
+from jtc.pipeline import locks, watchdog
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads /proc (Linux only)"
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 JOB = """
 import subprocess, sys, time
 from pathlib import Path
-from jtc.runs.watchdog import end_with_parent_run
+from jtc.pipeline.watchdog import end_with_parent_run
 watching = end_with_parent_run(poll_s=0.1) is not None
 helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 Path(sys.argv[1] + ".tmp").write_text(f"{helper.pid} {watching}")
@@ -34,7 +34,7 @@ time.sleep(60)
 # a run: marks itself (JTC_RUN, unless argv[2] names another host), starts the job and waits
 RUN = """
 import os, subprocess, sys, time
-from jtc.runs.watchdog import ENV, mark_run
+from jtc.pipeline.watchdog import ENV, mark_run
 run = mark_run()
 if sys.argv[2] != "-":
     os.environ[ENV] = os.environ[ENV].replace(f"host={run.host} ", f"host={sys.argv[2]} ")
@@ -140,9 +140,7 @@ def _this_process_with(**changes):
 def test_a_job_whose_run_is_already_gone_ends_at_once(tmp_path):
     # pytest's PID with another start time: the PID of a run that ended, now reused
     environ = {**os.environ, **_this_process_with(start=watchdog.this_run().start + 1)}
-    code = (
-        "from jtc.runs.watchdog import end_with_parent_run; end_with_parent_run(); print('ran on')"
-    )
+    code = "from jtc.pipeline.watchdog import end_with_parent_run; end_with_parent_run(); print('ran on')"
     done = subprocess.run(
         [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import copy_run, rules_run, run_snakemake, snapshot
 
-from jtc.runs.keep import Keeper
+from jtc.pipeline.keep import Keeper
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_a_job_that_fails_at_run_time_loses_nothing(tiny_run, tmp_path):
 
 
 def test_links_left_by_a_killed_run_are_dropped(tmp_path):
-    from jtc.runs.keep import drop_stale
+    from jtc.pipeline.keep import drop_stale
 
     dead, alive, mine = tmp_path / "999999999", tmp_path / "1", tmp_path / str(os.getpid())
     for folder in (dead, alive, mine):

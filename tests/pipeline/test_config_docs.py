@@ -1,14 +1,14 @@
-"""config/README.md's key tables are generated from the config schema (jtc.runs.config_docs):
+"""config/README.md's key tables are generated from the config schema (jtc.pipeline.config_docs):
 a default, a description or a key changed in the schema and not in the README fails here."""
 
 import yaml
 
-from jtc.runs.config_docs import README, TABLE_NAMES, generated, main, value
+from jtc.pipeline.config_docs import README, TABLE_NAMES, generated, main, value
 from jtc.settings import SCHEMA
 
 
 def test_the_readmes_key_tables_are_the_schemas():
-    assert generated() == README.read_text(), "run: python -m jtc.runs.config_docs"
+    assert generated() == README.read_text(), "run: python -m jtc.pipeline.config_docs"
     assert main(["--check"]) == 0
 
 

@@ -1,4 +1,4 @@
-"""The config keys each rule's params read, from the workflow's own files (jtc.runs.reruns
+"""The config keys each rule's params read, from the workflow's own files (jtc.pipeline.reruns
 turns them into what reruns when a key changes).
 
 The Snakefile and the rule files it includes, in its order, as Snakemake's own parser compiles
@@ -46,7 +46,7 @@ DERIVED = {
 # jobs that read them, where only one split's do)
 LIBRARY = {
     "settings_param": ((("training",), None),),  # jtc.shortcuts.methods: training.<method>
-    "split_positions": ((("positions_per_sentence",), "train"),),  # jtc.runs.config
+    "split_positions": ((("positions_per_sentence",), "train"),),  # jtc.pipeline.config
 }
 # calls whose value is their argument (a read through them is whole, not partial)
 SAME_VALUE = {"list", "tuple", "dict"}
@@ -323,7 +323,7 @@ class _Reads:
     def _name(self, name: str, where: str) -> Found:
         if name == "config":
             raise ReadError(
-                f"{where}: the whole config is given to a function jtc.runs.rule_reads does not "
+                f"{where}: the whole config is given to a function jtc.pipeline.rule_reads does not "
                 "know: add it to LIBRARY with the keys it reads"
             )
         if name in ALIASES:
@@ -333,7 +333,7 @@ class _Reads:
         elif name in self.workflow.derived:
             raise ReadError(
                 f"{where}: {name} is derived from the config while planning: add it to "
-                "jtc.runs.rule_reads.DERIVED (or ALIASES) with the keys it is computed from"
+                "jtc.pipeline.rule_reads.DERIVED (or ALIASES) with the keys it is computed from"
             )
         elif name in self.workflow.functions:
             yield from self.function(name)

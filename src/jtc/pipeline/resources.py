@@ -24,9 +24,9 @@ from jtc.data.states import KEEP_BYTES
 from jtc.measures.checks import LOGITS_ELEMENTS
 from jtc.model.gguf_header import GGUFHeaderError, GGUFShape, read_shape
 from jtc.model.sources import gguf_files
+from jtc.pipeline.config import split_positions
 from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
 from jtc.pruning.variants import variant_of
-from jtc.runs.config import split_positions
 from jtc.settings import (
     BenchmarkSettings,
     CalibrationSettings,

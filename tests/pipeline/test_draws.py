@@ -1,11 +1,17 @@
 """The sentences each job draws from a corpus's splits, checked before any job runs
-(jtc.runs.draws): the key that asks too much is named with both numbers and the fix."""
+(jtc.pipeline.draws): the key that asks too much is named with both numbers and the fix."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jtc.files.planned import PlannedJob
-from jtc.runs.draws import lines_problem, sizes_problem, split_counts, split_draws, split_problem
+from jtc.pipeline.draws import (
+    lines_problem,
+    sizes_problem,
+    split_counts,
+    split_draws,
+    split_problem,
+)
 
 
 def config(**pruning):

@@ -143,7 +143,7 @@ def _end(run: Run) -> None:
     )
     root = logging.getLogger()
     if root.handlers:  # the job's log (jtc.logs.job_log)
-        logging.getLogger("jtc.runs.watchdog").error(message)
+        logging.getLogger("jtc.pipeline.watchdog").error(message)
         for handler in root.handlers:
             handler.flush()
     else:
