@@ -1,5 +1,5 @@
-"""What a config key reruns, read off the workflow (jtc.pipeline.rule_reads, jtc.pipeline.reruns): the
-keys a rule's params read through settings objects, lookups and the workflow's functions, a
+"""What a config key reruns, read off the workflow (jtc.pipeline.rule_reads, jtc.pipeline.reruns):
+the keys a rule's params read through settings objects, lookups and the workflow's functions, a
 way of reaching the config it does not know refused by name, the job graph's rules, and the
 README's cells. Whether a dry run plans the same: tests/workflow/test_reruns.py."""
 

@@ -140,7 +140,10 @@ def _this_process_with(**changes):
 def test_a_job_whose_run_is_already_gone_ends_at_once(tmp_path):
     # pytest's PID with another start time: the PID of a run that ended, now reused
     environ = {**os.environ, **_this_process_with(start=watchdog.this_run().start + 1)}
-    code = "from jtc.pipeline.watchdog import end_with_parent_run; end_with_parent_run(); print('ran on')"
+    code = (
+        "from jtc.pipeline.watchdog import end_with_parent_run; end_with_parent_run(); "
+        "print('ran on')"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60
     )

@@ -1,4 +1,5 @@
-"""config/README.md's key tables, generated from the config schema (src/jtc/pipeline/config.schema.yaml)
+"""config/README.md's key tables, generated from the config schema
+(src/jtc/pipeline/config.schema.yaml)
 so that no default or description is written twice: each key's default (and the default
 experiment's value, config/config.yaml, where it differs), the values it takes, what it means
 (its `description`) and what reruns when it changes: the rules whose jobs rerun, read off the
@@ -13,7 +14,7 @@ top-level keys (a mapping without a table of its own, such as `sizes`, as dotted
 block by its name (`corpora`, `models`: the keys of one entry).
 
     python -m jtc.pipeline.config_docs          # rewrite the tables in config/README.md
-    python -m jtc.pipeline.config_docs --check  # exit 1 if they differ (tests/pipeline/test_config_docs.py)
+    python -m jtc.pipeline.config_docs --check  # exit 1 if they differ (test_config_docs.py)
 """
 
 from __future__ import annotations

@@ -124,9 +124,9 @@ def default_job_graph(workflow: Path = WORKFLOW) -> dict[str, list[str]]:
 
 def graph_text(graph: dict[str, list[str]]) -> str:
     head = (
-        "# Written by `python -m jtc.pipeline.reruns` (do not edit): the job graph Snakemake plans\n"
-        "# for config/config.yaml with every rule planned (jtc.pipeline.reruns.graph_config), each\n"
-        "# job named by its rule (and split): under `reads`, the jobs that read its outputs.\n"
+        "# Written by `python -m jtc.pipeline.reruns` (do not edit): the job graph that Snakemake\n"
+        "# plans for config/config.yaml with every rule planned (reruns.graph_config),\n"
+        "# each job named by its rule (and split): under `reads`, the jobs that read its outputs.\n"
         "# config/README.md's reruns column follows it (jtc.pipeline.config_docs).\n"
     )
     body = yaml.safe_dump({"reads": graph}, default_flow_style=None, width=100, sort_keys=False)

@@ -323,8 +323,8 @@ class _Reads:
     def _name(self, name: str, where: str) -> Found:
         if name == "config":
             raise ReadError(
-                f"{where}: the whole config is given to a function jtc.pipeline.rule_reads does not "
-                "know: add it to LIBRARY with the keys it reads"
+                f"{where}: the whole config is given to a function that jtc.pipeline.rule_reads "
+                "does not know: add it to LIBRARY with the keys it reads"
             )
         if name in ALIASES:
             yield Read(ALIASES[name])
