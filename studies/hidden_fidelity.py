@@ -1,4 +1,4 @@
-"""Study behind docs/benchmarks.md, "Qwen2.5 on 2 cores" (hidden states against plain
+"""Study behind docs/performance.md, "Qwen2.5 on 2 cores" (hidden states against plain
 transformers; numbers of commit 8d82e58).
 
 A finished run's hidden states against a plain transformers forward of the same weights.

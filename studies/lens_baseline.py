@@ -1,4 +1,4 @@
-"""Study behind docs/benchmarks.md, "Token positions per training sentence" (the tuned-lens
+"""Study behind docs/performance.md, "Token positions per training sentence" (the tuned-lens
 package's recipe; numbers of commit 930b5e6), and docs/findings.md, "Three sizes" (its Qwen2.5
 0.5B table; commit 8d82e58).
 

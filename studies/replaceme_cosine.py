@@ -1,4 +1,4 @@
-"""Study behind docs/benchmarks.md, "replaceme_cosine's cost and gain" (numbers of commits bd33a82
+"""Study behind docs/performance.md, "replaceme_cosine's cost and gain" (numbers of commits bd33a82
 and 39a743e).
 
 replaceme_cosine's cost and gain on the default experiment's calibration (jtc.pruning.cosine):
