@@ -57,7 +57,8 @@ def _restore_kept():
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
     made with other settings (or are other outputs), and more sentences than a prepared
-    corpus has (jtc.pipeline.draws); say which outputs it replaces as the config changed."""
+    corpus has (jtc.pipeline.draws); say which outputs it replaces as the config changed.
+    """
     jobs = planned_jobs(workflow.dag)
     problem = stale_problem(jobs) or sizes_problem(jobs, config)
     if problem:
