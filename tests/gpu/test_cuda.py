@@ -600,18 +600,20 @@ def test_depth_pruning_sums_and_runs_equal_the_cpus():
     model, tokenizer = make_model("llama", layers=4, width=WIDTH)
     adapter = get_adapter("llama")
     inputs = [np.asarray(tokenizer(s)["input_ids"]) for s in SENTENCES]
-    plan = StatisticsPlan.of(4, [2], ["drop", "mat", "replaceme", "low_rank"])
-    runs = [SpanRun.span(v, 1, 2) for v in ("drop", "mat", "replaceme", "low_rank")]
+    variants = ("drop", "mat", "replaceme", "low_rank", "rotation_replaceme")
+    plan = StatisticsPlan.of(4, [2], list(variants))
+    runs = [SpanRun.span(v, 1, 2) for v in variants]
     runs.append(SpanRun("drop", -1, 2, (1, 3)))
     results = {}
     for name, net in (("cpu", model), ("device", on_device(model))):
         with module_devices() as seen:
             grams = span_statistics(net, adapter, inputs, plan, 3, 0)
-            fits = {r.variant: fit_span(grams, r.variant, 1, 2, 2) for r in runs[:4]}
+            fits = {v: fit_span(grams, v, 1, 2, 2) for v in variants}
 
             def span_map(run, fits=fits):
-                tensors = fits[run.variant].tensors if run.start >= 0 else {}
-                return ShortcutMap(tensors) if tensors else None
+                tensors = dict(fits[run.variant].tensors) if run.start >= 0 else {}
+                rotation = tensors.pop("rotation", None)  # rotation_replaceme's second part
+                return (ShortcutMap(tensors) if tensors else None), rotation
 
             head = Head.from_model(net, adapter)
             table = span_scores(
