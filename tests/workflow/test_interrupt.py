@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import waits
 from harness import make_tiny_project, run_snakemake, start_snakemake
 from safetensors.numpy import load_file
 
@@ -51,13 +52,14 @@ def start(work):
     return proc, log
 
 
-def kill_when_started(work, stage, timeout=120.0):
+def kill_when_started(work, stage, seconds):
     """Run the workflow until a job of `stage` has started, then SIGKILL its process group.
-    Returns whether the kill happened (False: the run ended first)."""
+    Returns whether the kill happened (False: the run ended first). A stage that has not
+    started after `seconds` (on an idle machine, stretched on a busy one: waits.py) fails."""
     proc, log = start(work)
-    deadline = time.monotonic() + timeout
+    patience = waits.Patience(seconds, f"a job of {stage} to start (its log in logs/{stage})")
     try:
-        while time.monotonic() < deadline:
+        while patience.left() > 0:
             if proc.poll() is not None:
                 return False
             if any((work / "logs" / stage).rglob("*.log")):
@@ -71,7 +73,7 @@ def kill_when_started(work, stage, timeout=120.0):
                     proc.wait()
                 return True
             time.sleep(0.05)
-        raise AssertionError(f"{stage} did not start within {timeout} s")
+        raise AssertionError(patience.message())
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -79,12 +81,13 @@ def kill_when_started(work, stage, timeout=120.0):
         log.close()
 
 
-def assert_jobs_end(work, stage, timeout=60.0):
-    """The orphaned jobs of a killed run end by themselves, saying why in their logs."""
-    deadline = time.monotonic() + timeout
-    while workers_in(work):
-        assert time.monotonic() < deadline, f"jobs still running: {workers_in(work)}"
-        time.sleep(0.1)
+def assert_jobs_end(work, stage, seconds=60.0):
+    """The orphaned jobs of a killed run end by themselves, saying why in their logs (they check
+    every second or so; `seconds` on an idle machine, stretched on a busy one: waits.py)."""
+    try:
+        waits.wait_for(lambda: not workers_in(work), seconds, f"the jobs of {stage} to end")
+    except AssertionError as waited:
+        raise AssertionError(f"{waited}; still running: {workers_in(work)}") from None
     logs = "".join(p.read_text() for p in (work / "logs" / stage).rglob("*.log"))
     assert "is gone" in logs or "job CPU" in logs, logs[-2000:]  # ended, or had finished
 
@@ -108,14 +111,17 @@ def tables(work):
 
 def test_killed_at_every_stage_a_plain_rerun_completes_bit_for_bit(tmp_path):
     reference = make_workdir(tmp_path / "reference")
+    started = time.monotonic()
     run_snakemake(reference, "all")
+    # a stage starts within the time of a whole run (measured: the reference run), twice over
+    seconds = max(60.0, 2 * (time.monotonic() - started))
     work = tmp_path / "killed"
     shutil.copytree(
         reference,
         work,
         ignore=shutil.ignore_patterns("results", ".snakemake", "logs", "benchmarks"),
     )
-    killed = [stage for stage in STAGES if kill_when_started(work, stage)]
+    killed = [stage for stage in STAGES if kill_when_started(work, stage, seconds)]
     assert len(killed) >= 10, killed  # at least ten different moments, over every stage
     run_snakemake(work, "all")  # the plain rerun (no --unlock, no flags)
     want, got = tables(reference), tables(work)

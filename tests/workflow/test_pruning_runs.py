@@ -1,6 +1,7 @@
 """Depth pruning in a copy of the tiny run: it runs, reruns alone and writes a smaller model,
 whose damage is refused and repaired; a masked LM is refused while planning."""
 
+import copy
 import json
 import os
 import shutil
@@ -73,23 +74,26 @@ def test_depth_pruning_runs_reruns_alone_and_writes_a_smaller_model(tiny_run, tm
     for name in ("pruning_spans", "pruning_selection"):
         assert (tmp_path / f"results/figures/gpt/mini/{name}.png").stat().st_size
 
-    config["pruning"]["evaluation_sentences"] = 5  # the runs and what reads them
-    write_config(tmp_path, config)
-    ran = rules_run(run_snakemake(tmp_path, "all"))
+    # what a changed setting reruns: the jobs a dry run plans (the jobs themselves ran above)
+    changed = copy.deepcopy(config)
+    changed["pruning"]["evaluation_sentences"] = 5  # the runs and what reads them
+    write_config(tmp_path, changed)
+    planned = rules_run(run_snakemake(tmp_path, "all", "-n"))
     evaluation = {k: v for k, v in PRUNING_RUN.items() if k != "calibrate_pruning"}
     # the prompts follow the sentences the runs read
     measures = {"generation_fidelity": 1, "measure_tables": 1}
-    assert ran == {**evaluation, **measures, "headline_table": 1, "all": 1}
-    config["pruning"]["calibration_sentences"] = 24  # the calibration too
-    write_config(tmp_path, config)
-    assert rules_run(run_snakemake(tmp_path, "all")) == {
+    assert planned == {**evaluation, **measures, "headline_table": 1, "all": 1}
+    changed["pruning"]["calibration_sentences"] = 24  # the calibration too
+    write_config(tmp_path, changed)
+    assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {
         **PRUNING_RUN,
         **MEASURES_RUN,
         "headline_table": 1,
         "all": 1,
     }
 
-    run_snakemake(tmp_path, "pruned")
+    write_config(tmp_path, config)  # the settings the pruning ran with
+    assert rules_run(run_snakemake(tmp_path, "pruned")) == {"export_pruned": 1, "pruned": 1}
     folder = tmp_path / "results/pruned/gpt/mini"
     from transformers import AutoModelForCausalLM
 

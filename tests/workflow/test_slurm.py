@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import waits
 from fake_gpu import fake_nvidia_smi
 from harness import ROOT, make_tiny_project, read_config, start_snakemake, write_config
 from safetensors.numpy import load_file
@@ -32,6 +33,12 @@ GPU_RULES = (
     "record_parts",
     "replace_parts",
 )
+# how long the runs may take on an idle machine (waits.py stretches them on a busy one): the
+# local run (a few jobs of one tiny model: under a minute on 2 cores) and the SLURM run, a
+# multiple of the local run as measured, at least SLURM_MIN_S
+LOCAL_S = 600
+SLURM_TIMES_LOCAL = 10
+SLURM_MIN_S = 600
 # executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
 SLURM_FLAGS = [
     "--workflow-profile",
@@ -91,13 +98,10 @@ def snakemake(workdir, *args, env=None, cores=None):
     )
 
 
-def finish(proc, timeout=240) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"snakemake did not finish in {timeout} s:\n{out[-4000:]}") from None
+def finish(proc, seconds, what) -> str:
+    """The output of the Snakemake run `proc` once it has ended; at most `seconds` on an idle
+    machine, stretched on a busy one (waits.py)."""
+    out, _ = waits.finish(proc, seconds, what)
     return out
 
 
@@ -134,8 +138,10 @@ def runs(cluster, project, tmp_path_factory):
     extract_hidden job is cancelled with scancel: the profile's retries must carry it through."""
     root = tmp_path_factory.mktemp("runs")
     local = copy_project(project, root / "local")
-    out = finish(snakemake(local, *TARGETS, cores=2))
+    started = time.monotonic()
+    out = finish(snakemake(local, *TARGETS, cores=2), LOCAL_S, "the local run of the project")
     assert all((local / t).exists() for t in TARGETS), out[-3000:]
+    local_s = time.monotonic() - started
 
     remote = copy_project(project, root / "slurm")
     broken = remote / "broken-model"
@@ -155,7 +161,18 @@ def runs(cluster, project, tmp_path_factory):
     )
     watcher.start()
     try:
-        out = finish(proc)
+        # the same jobs and more (the retries, the broken model's three attempts), each waiting
+        # for the plugin's squeue polls (every 1 s, 11 s, 21 s... while none has finished): a
+        # multiple of the local run, measured on this machine now
+        seconds = max(SLURM_MIN_S, SLURM_TIMES_LOCAL * local_s)
+        what = (
+            f"the SLURM run ({SLURM_TIMES_LOCAL} times the local run's {local_s:.0f} s, at "
+            f"least {SLURM_MIN_S} s)"
+        )
+        try:
+            out = finish(proc, seconds, what)
+        except AssertionError as waited:
+            raise AssertionError(f"{waited}\nthe cluster's jobs: {cluster.jobs()}") from None
     finally:
         stop.set()
         watcher.join()

@@ -2,12 +2,12 @@
 docs/outputs.md's own-model example."""
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import waits
 import yaml
 from harness import ROOT, python_example, rules_run, run_snakemake
 
@@ -116,8 +116,8 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
     code = python_example(ROOT / "docs" / "outputs.md", "**Without a workflow folder.**")
     code += "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    proc = waits.run(
+        [sys.executable, "-c", code], 300, "docs/outputs.md's example", cwd=tmp_path, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "lens.png").stat().st_size
