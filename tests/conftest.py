@@ -117,3 +117,19 @@ def smollm2_cache(tmp_path_factory):
     before = snapshot_files(folder)
     yield folder, info
     assert snapshot_files(folder) == before, "a test changed the shared SmolLM2 cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def slurm_runs(request, tmp_path_factory):
+    """The runs of tests/workflow/test_slurm.py (tests/helpers/slurm_runs.py), started in the
+    background as the session starts when those tests are selected: the SLURM run mostly waits
+    for squeue polls, and the rest of the suite runs meanwhile. None when they are not."""
+    slurm_tests = Path(__file__).parent / "workflow" / "test_slurm.py"
+    if not any(item.path == slurm_tests for item in request.session.items):
+        yield None
+        return
+    from slurm_runs import SlurmRuns
+
+    runs = SlurmRuns(tmp_path_factory.mktemp("slurm-runs")).start()
+    yield runs
+    runs.close()
