@@ -119,17 +119,26 @@ def smollm2_cache(tmp_path_factory):
     assert snapshot_files(folder) == before, "a test changed the shared SmolLM2 cache"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def slurm_runs(request, tmp_path_factory):
-    """The runs of tests/workflow/test_slurm.py (tests/helpers/slurm_runs.py), started in the
-    background as the session starts when those tests are selected: the SLURM run mostly waits
-    for squeue polls, and the rest of the suite runs meanwhile. None when they are not."""
-    slurm_tests = Path(__file__).parent / "workflow" / "test_slurm.py"
-    if not any(item.path == slurm_tests for item in request.session.items):
-        yield None
-        return
-    from slurm_runs import SlurmRuns
+# workflow runs started in the background as the session starts, when their tests are selected
+# (tests/helpers/early.py): test file -> (name, helper module, its function that starts them)
+EARLY = {
+    "workflow/test_slurm.py": ("slurm", "slurm_runs", "start"),
+    "workflow/test_smoke_experiment.py": ("smoke", "early", "start_smoke"),
+}
 
-    runs = SlurmRuns(tmp_path_factory.mktemp("slurm-runs")).start()
-    yield runs
-    runs.close()
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request, tmp_path_factory):
+    """{name: early.Early} of the runs in EARLY whose tests this session runs, started as it
+    starts: the SLURM runs mostly wait for squeue polls and the smoke experiment keeps about one
+    core busy, so the rest of the suite runs meanwhile. A test waits for its run with
+    `early_runs[name].result()`; what still runs when the session ends is stopped."""
+    selected = {item.path for item in request.session.items}
+    started = {}
+    for test_file, (name, module, function) in EARLY.items():
+        if Path(__file__).parent / test_file in selected:
+            start = getattr(importlib.import_module(module), function)
+            started[name] = start(tmp_path_factory.mktemp(f"early-{name}"))
+    yield started
+    for early in started.values():
+        early.close()

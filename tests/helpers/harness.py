@@ -49,14 +49,15 @@ def run_snakemake(
     configfile=None,
     cores=2,
     timeout=TIMEOUT,
+    start=subprocess.Popen,
 ) -> subprocess.CompletedProcess:
     """Run Snakemake on `workdir` and wait for it (at most `timeout` seconds on an idle machine,
     stretched on a busy one: waits.py). With check (the default), a failed run raises an
-    AssertionError showing the command and the tail of its output."""
+    AssertionError showing the command and the tail of its output. `start` starts the process
+    (subprocess.Popen; early.Early.popen for a run in the background)."""
     cmd = snakemake_command(workdir, *args, snakefile=snakefile, configfile=configfile, cores=cores)
-    proc = waits.run(
-        cmd, timeout, f"snakemake to finish: {' '.join(cmd)}", text=True, env=snakemake_env(env)
-    )
+    what = f"snakemake to finish: {' '.join(cmd)}"
+    proc = waits.run(cmd, timeout, what, start=start, text=True, env=snakemake_env(env))
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed (exit {proc.returncode}): {' '.join(cmd)}\n"

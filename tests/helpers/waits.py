@@ -100,9 +100,9 @@ def finish(proc: subprocess.Popen, seconds: float, what: str, tail: int = 4000):
         )
 
 
-def run(cmd: list[str], seconds: float, what: str | None = None, **popen):
+def run(cmd: list[str], seconds: float, what: str | None = None, start=subprocess.Popen, **popen):
     """subprocess.run(cmd, capture_output=True, **popen) with finish()'s limit: the
-    CompletedProcess."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    CompletedProcess. `start` starts the process (subprocess.Popen, or early.Early.popen)."""
+    proc = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
     out, err = finish(proc, seconds, what or " ".join(map(str, cmd)))
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -23,12 +23,12 @@ GPU_RULES = (
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_runs):
+def runs(early_runs):
     """The same config run locally and on SLURM (tests/helpers/slurm_runs.py, started as the
     session started: conftest.py). The SLURM run also has a model whose weights are damaged
     (its resolve_model job fails on every attempt), and its first running extract_hidden job
     is cancelled with scancel: the profile's retries must carry it through."""
-    return slurm_runs.result()
+    return early_runs["slurm"].result()
 
 
 def same_outputs(a: Path, b: Path) -> None:
