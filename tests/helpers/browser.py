@@ -7,11 +7,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import waits
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
@@ -33,7 +36,7 @@ class Browser:
     its frames) and returns the value."""
 
     def __init__(self, executable: str, timeout: float = 60.0) -> None:
-        self.timeout = timeout
+        self.timeout = timeout  # for each answer, on an idle machine (stretched: waits.py)
         self._profile = tempfile.mkdtemp(prefix="jtc-chromium-")
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
@@ -76,10 +79,14 @@ class Browser:
 
     # --- the protocol ---------------------------------------------------------------------
 
-    def _read_message(self, deadline: float) -> dict:
+    def _read_message(self, patience: waits.Patience) -> dict:
         while b"\0" not in self._buffer:
-            if time.monotonic() > deadline:
-                raise BrowserError("Chromium did not answer in time")
+            left = patience.left()
+            if left <= 0:
+                raise BrowserError(f"Chromium did not answer: {patience.message()}")
+            ready, _, _ = select.select([self._from_browser], [], [], min(left, waits.POLL_S))
+            if not ready:
+                continue
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
                 raise BrowserError("Chromium closed its DevTools pipe")
@@ -93,9 +100,9 @@ class Browser:
         if session:
             message["sessionId"] = session
         os.write(self._to_browser, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout
+        patience = waits.Patience(self.timeout, f"Chromium's answer to {method}")
         while True:
-            reply = self._read_message(deadline)
+            reply = self._read_message(patience)
             if reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise BrowserError(f"{method}: {reply['error']}")
@@ -107,12 +114,12 @@ class Browser:
         return self._send(method, params, self._session)
 
     def wait_for_event(self, method: str) -> dict:
-        deadline = time.monotonic() + self.timeout
+        patience = waits.Patience(self.timeout, f"Chromium's event {method}")
         while True:
             for i, event in enumerate(self._events):
                 if event.get("method") == method:
                     return self._events.pop(i)
-            self._events.append(self._read_message(deadline))
+            self._events.append(self._read_message(patience))
 
     # --- what a test uses -----------------------------------------------------------------
 
@@ -135,14 +142,15 @@ class Browser:
         return result["result"].get("value")
 
     def wait_until(self, expression: str, timeout: float = 20.0):
-        """Evaluate `expression` until it is truthy; its value."""
-        deadline = time.monotonic() + timeout
+        """Evaluate `expression` until it is truthy; its value. At most `timeout` seconds on an
+        idle machine, stretched on a busy one (waits.py)."""
+        patience = waits.Patience(timeout, f"the page to make this true: {expression[:200]}")
         while True:
             value = self.evaluate(expression)
             if value:
                 return value
-            if time.monotonic() > deadline:
-                raise BrowserError(f"never true: {expression[:200]}")
+            if patience.left() <= 0:
+                raise BrowserError(patience.message())
             time.sleep(0.1)
 
     def child_frames(self) -> list[dict]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import waits
 import yaml
 from harness import ROOT, TIMEOUT, snakemake_env
 
@@ -95,9 +96,8 @@ def run_deployed(folder, *args, env=None, check=True) -> subprocess.CompletedPro
     nor -d nor --configfile). With check, a failed run raises an AssertionError showing the tail
     of its output."""
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *map(str, args)]
-    proc = subprocess.run(
-        cmd, cwd=folder, capture_output=True, text=True, timeout=TIMEOUT, env=snakemake_env(env)
-    )
+    what = f"snakemake to finish in {folder}: {' '.join(cmd)}"
+    proc = waits.run(cmd, TIMEOUT, what, cwd=folder, text=True, env=snakemake_env(env))
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed (exit {proc.returncode}) in {folder}: {' '.join(cmd)}\n"

@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import waits
 import yaml
 from tiny import save_model, write_sentences
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
-TIMEOUT = 900  # seconds for one Snakemake run
+# seconds for one Snakemake run on an idle machine (waits.py stretches it on a busy one): a
+# limit for a run that hangs, many times what the longest run of the tiny project takes
+TIMEOUT = 900
 # the tiny project's models: name in the config -> (tests/helpers/tiny.py kind, folder)
 TINY_MODELS = {"gpt": ("gpt2", "tiny-gpt2"), "bert": ("bert-mlm", "tiny-bert")}
 TEXT = "text.txt"
@@ -46,20 +49,15 @@ def run_snakemake(
     configfile=None,
     cores=2,
     timeout=TIMEOUT,
+    start=subprocess.Popen,
 ) -> subprocess.CompletedProcess:
-    """Run Snakemake on `workdir` and wait for it. With check (the default), a failed run raises
-    an AssertionError showing the command and the tail of its output."""
+    """Run Snakemake on `workdir` and wait for it (at most `timeout` seconds on an idle machine,
+    stretched on a busy one: waits.py). With check (the default), a failed run raises an
+    AssertionError showing the command and the tail of its output. `start` starts the process
+    (subprocess.Popen; early.Early.popen for a run in the background)."""
     cmd = snakemake_command(workdir, *args, snakefile=snakefile, configfile=configfile, cores=cores)
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=snakemake_env(env)
-        )
-    except subprocess.TimeoutExpired as err:
-        raise AssertionError(
-            f"snakemake did not finish in {timeout} s: {' '.join(cmd)}\n"
-            f"--- stdout (tail) ---\n{_text(err.stdout)[-3000:]}\n"
-            f"--- stderr (tail) ---\n{_text(err.stderr)[-6000:]}"
-        ) from None
+    what = f"snakemake to finish: {' '.join(cmd)}"
+    proc = waits.run(cmd, timeout, what, start=start, text=True, env=snakemake_env(env))
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed (exit {proc.returncode}): {' '.join(cmd)}\n"
@@ -212,10 +210,16 @@ def copy_run(finished, workdir, config=None) -> Path:
 
 def snapshot(folder) -> dict[str, tuple[int, int]]:
     """{relative path: (size, mtime_ns)} of every file under a folder's results/."""
-    results = Path(folder) / "results"
+    files = snapshot_files(Path(folder) / "results")
+    return {f"results/{name}": stat for name, stat in files.items()}
+
+
+def snapshot_files(folder) -> dict[str, tuple[int, int]]:
+    """{path relative to `folder`: (size, mtime_ns)} of every file under it."""
+    folder = Path(folder)
     return {
         str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(results.rglob("*"))
+        for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
 

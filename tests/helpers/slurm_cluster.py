@@ -13,6 +13,7 @@ touched (the tests then skip), and ours is removed when the cluster stops.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -21,7 +22,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import waits
+
 # the text predates tests/helpers/: kept, so that a config an older checkout left is still known
+# held while a cluster of the tests runs: a second test session on the machine waits for the
+# first one's cluster to stop instead of overwriting its configuration
+LOCK = "jtc-test-cluster.lock"
 MARKER = "# jtc test cluster: written by tests/slurm_cluster.py, removed when it stops"
 CONF_DIR = Path("/etc/slurm")
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -67,10 +73,29 @@ class LocalSlurm:
         self.root = root
         self.conf = conf_dir / "slurm.conf"
         self.gres = conf_dir / "gres.conf"
+        self.lock = conf_dir / LOCK
+        self._held = None
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def _binary(self, name: str) -> str:
         return shutil.which(name) or shutil.which(name, path="/usr/sbin") or name
+
+    def _take_lock(self, timeout: float = 1800.0) -> None:
+        """Hold the machine's test-cluster lock (/etc/slurm/jtc-test-cluster.lock), waiting
+        while another test session's cluster runs."""
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.lock, "a")  # noqa: SIM115 - closed in stop()
+        patience = waits.Patience(timeout, f"another test session's SLURM to stop ({self.lock})")
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._held = handle
+                return
+            except BlockingIOError:
+                if patience.left() <= 0:
+                    handle.close()
+                    raise RuntimeError(patience.message()) from None
+                time.sleep(1.0)
 
     def _write_config(self) -> None:
         for path in (self.conf, self.gres):
@@ -123,7 +148,10 @@ class LocalSlurm:
             )
         )
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
+        """Start munged, slurmctld and slurmd; return once the node is idle (at most `timeout`
+        seconds on an idle machine, stretched on a busy one: waits.py)."""
+        self._take_lock()
         self._write_config()
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -141,15 +169,15 @@ class LocalSlurm:
         )
         run(self._binary("slurmctld"), "-f", str(self.conf))
         run(self._binary("slurmd"), "-f", str(self.conf), "-N", "localhost")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        patience = waits.Patience(timeout, "SLURM's node to be idle (sinfo)")
+        while patience.left() > 0:
             state = subprocess.run(
                 ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.env
             ).stdout.split()
             if state and all(s == "idle" for s in state):
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"SLURM did not come up in {timeout} s; see the logs in {r}/log")
+        raise RuntimeError(f"SLURM did not come up: {patience.message()}; see the logs in {r}/log")
 
     def _squeue(self, *fields: str) -> list[list[str]]:
         out = subprocess.run(
@@ -175,7 +203,10 @@ class LocalSlurm:
 
     def stop(self, grace: float = 10.0) -> None:
         """Cancel what is left, then stop the daemons by their PID files (SIGTERM, then
-        SIGKILL after `grace` seconds), and remove our configuration."""
+        SIGKILL after `grace` seconds), and remove our configuration. Nothing, when this
+        cluster never took the machine's lock (another session's cluster is left alone)."""
+        if self._held is None:
+            return
         subprocess.run(["scancel", "--user=root"], capture_output=True, env=self.env)
         pids = []
         for name in ("slurmd", "slurmctld", "munged"):
@@ -194,3 +225,6 @@ class LocalSlurm:
         for path in (self.conf, self.gres):
             if path.exists() and MARKER in path.read_text():
                 path.unlink()
+        if self._held is not None:
+            self._held.close()  # (the lock goes with it)
+            self._held = None

@@ -171,9 +171,10 @@ def test_gguf_header_gives_the_shape_transformers_reads_and_parts_plan_with_it(t
 
 @pytest.mark.real_model
 @pytest.mark.slow
-def test_a_model_from_parts_is_cached_like_its_gguf(tmp_path, monkeypatch):
+def test_a_model_from_parts_is_cached_like_its_gguf(tmp_path, monkeypatch, smollm2_cache):
     """SmolLM2's GGUF split into three parts: resolve_model joins, checks and caches it, and
-    the cache holds the same weights as the one from the whole file."""
+    the cache holds the same weights as the one from the whole file (conftest.py's, cached
+    once per session with the same call)."""
     from safetensors.torch import load_file
 
     from jtc.model.cache import cache_model
@@ -183,9 +184,8 @@ def test_a_model_from_parts_is_cached_like_its_gguf(tmp_path, monkeypatch):
     spec = entry(split(data, tmp_path / "parts", [40_000_000, 20_000_000]), data, name="s.gguf")
     info = cache_model("smol", spec, tmp_path / "from_parts")
     assert info["source"].startswith("parts '") and info["source"].endswith("-s.gguf'")
-    cache_model("smol", {"source": SMOLLM2}, tmp_path / "whole")
     joined = load_file(tmp_path / "from_parts" / "model.safetensors")
-    whole = load_file(tmp_path / "whole" / "model.safetensors")
+    whole = load_file(smollm2_cache[0] / "model.safetensors")
     assert joined.keys() == whole.keys()
     assert all(joined[k].equal(whole[k]) for k in whole)
 

@@ -9,9 +9,10 @@ import ast
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import waits
 
 from jtc.pipeline.tracking import function_imports, module_path, script_closure
 
@@ -48,9 +49,7 @@ def _run(code: str) -> dict:
     output, read as JSON."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = waits.run([sys.executable, "-c", code], 300, "a fresh interpreter", env=env, text=True)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

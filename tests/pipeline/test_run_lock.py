@@ -6,10 +6,10 @@ their names, never with Snakemake's advice to --unlock. Plain processes, no Snak
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+import waits
 
 from jtc.pipeline import locks
 
@@ -29,11 +29,9 @@ time.sleep(60)
 SLEEP = "import time; time.sleep(60)"
 
 
-def wait_for(condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+def wait_for(condition, seconds=30.0, what="the helper process"):
+    """Until `condition()` holds: `seconds` on an idle machine, stretched (waits.py)."""
+    waits.wait_for(condition, seconds, what, step=0.02)
 
 
 @pytest.fixture
@@ -46,7 +44,7 @@ def test_a_held_run_lock_refuses_the_next_run_until_its_process_ends(folder):
     ready = folder / "ready"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(ready)])
     try:
-        wait_for(ready.exists)
+        wait_for(ready.exists, what="the holder to take the run lock")
         message = locks.take_run_lock(folder)
         assert message.startswith("jtc: another run works in this folder")
         assert f"PID {holder.pid}: the run that holds the lock" in message
@@ -69,7 +67,7 @@ def test_locks_that_jobs_of_a_killed_run_hold_refuse_a_run_not_a_dry_run(folder)
         [sys.executable, "-c", SLEEP, str(folder / "workflow/scripts/fit_map.py")], cwd=folder
     )
     try:
-        wait_for(lambda: locks.workers_in(folder))
+        wait_for(lambda: locks.workers_in(folder), what="the job to be seen working")
         notes, held = locks.run_start(folder, dry_run=True)
         assert held is None and f"PID {job.pid}: job fit_map" in notes[-1]
         notes, held = locks.run_start(folder, dry_run=False)

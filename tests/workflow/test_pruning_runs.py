@@ -75,7 +75,7 @@ def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path)
 
     # (what each pruning key reruns: tests/workflow/test_reruns.py, against config/README.md)
 
-    run_snakemake(tmp_path, "pruned")
+    assert rules_run(run_snakemake(tmp_path, "pruned")) == {"export_pruned": 1, "pruned": 1}
     folder = tmp_path / "results/pruned/gpt/mini"
     from transformers import AutoModelForCausalLM
 

@@ -7,10 +7,10 @@ config/config.yaml; a YAML error there is named with its line."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pyarrow.parquet as pq
 import pytest
+import waits
 import yaml
 from harness import (
     copy_run,
@@ -119,7 +119,9 @@ def without_configfile(work, *args):
     cmd = snakemake_command(work, *args, cores=1)
     at = cmd.index("--configfile")
     del cmd[at : at + 2]
-    return subprocess.run(cmd, capture_output=True, text=True, env=snakemake_env(), timeout=600)
+    return waits.run(
+        cmd, 600, f"snakemake to finish: {' '.join(cmd)}", text=True, env=snakemake_env()
+    )
 
 
 def test_config_on_the_command_line_alone_sets_keys_of_the_default_config(tiny_run, tmp_path):

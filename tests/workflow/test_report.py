@@ -2,10 +2,10 @@
 in a headless browser, every table and the headline numbers."""
 
 import re
-import time
 
 import pyarrow.parquet as pq
 import pytest
+import waits
 from harness import run_snakemake, snapshot
 
 pytestmark = pytest.mark.workflow
@@ -78,16 +78,15 @@ def shown_page(browser, category, label):
     browser.wait_for_event("Page.loadEventFired")
     browser.wait_until(OPEN_CATEGORY.format(name=category))
     browser.wait_until(SHOW.format(label=label))
-    for _ in range(100):  # until the page's frame has loaded its data: URL
+
+    def page_text():  # once the page's frame has loaded its data: URL
         frames = [f for f in browser.child_frames() if f.get("url", "").startswith("data:")]
         try:
-            text = frames and browser.evaluate("document.body.innerText", frames[0]["id"])
+            return frames and browser.evaluate("document.body.innerText", frames[0]["id"])
         except BrowserError:  # (the frame navigated while it was read: read it again)
-            text = ""
-        if text:
-            return text
-        time.sleep(0.1)
-    raise BrowserError(f"no page shown for {category}: {label}")
+            return ""
+
+    return waits.wait_for(page_text, 20, f"the page of {category}: {label} to show")
 
 
 def test_report_read_in_a_browser_shows_every_table_and_the_headline_numbers(tiny_run, request):

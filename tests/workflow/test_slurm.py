@@ -3,27 +3,15 @@ repository's SLURM profile: the same tables as a local run, a job cancelled mid-
 and a job that always fails stops the run naming its rule."""
 
 import re
-import shutil
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from fake_gpu import fake_nvidia_smi
-from harness import ROOT, make_tiny_project, read_config, start_snakemake, write_config
 from safetensors.numpy import load_file
-from slurm_cluster import ForeignConfig, LocalSlurm, missing_binaries
+from slurm_runs import TARGETS
 
 pytestmark = pytest.mark.workflow
-TARGETS = [
-    "results/metrics/gpt/mini/r2.parquet",
-    "results/metrics/gpt/mini/prediction.parquet",
-    "results/metrics/gpt/mini/parameters.parquet",
-    "results/metrics/gpt/mini/submodules.parquet",
-]
 GPU_RULES = (
     "extract_hidden",
     "decode_predictions",
@@ -32,79 +20,15 @@ GPU_RULES = (
     "record_parts",
     "replace_parts",
 )
-# executor settings for a cluster without accounting (the profile keeps the plugin's defaults)
-SLURM_FLAGS = [
-    "--workflow-profile",
-    str(ROOT / "workflow/profiles/slurm"),
-    "--slurm-status-command",
-    "squeue",
-    "--slurm-init-seconds-before-status-checks",
-    "1",
-    "--slurm-no-account",
-]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(
-            f"SLURM is not installed here (missing {', '.join(missing)}); "
-            "tests/install_slurm.sh installs it from Debian's packages (root and apt-get needed)"
-        )
-    slurm = LocalSlurm(tmp_path_factory.mktemp("slurm"))
-    try:
-        slurm.start()
-    except (OSError, subprocess.CalledProcessError, RuntimeError, ForeignConfig) as exc:
-        slurm.stop()
-        pytest.skip(f"a local SLURM could not be started here: {exc}")
-    yield slurm
-    slurm.stop()
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """A tiny model, a small text corpus and a config using them."""
-    return make_tiny_project(
-        tmp_path_factory.mktemp("slurm-project"),
-        models=("gpt",),
-        sentences=150,
-        seed=1,
-        sizes={"train": 40, "validation": 16},
-        methods=["id", "mat", "njtc", "tuned_lens"],  # fit_map: mat, njtc; train_map: the lens
-        training={m: {"max_epochs": 2, "batch_size": 8} for m in ("njtc", "tuned_lens")},
-        submodules={"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
-    )
-
-
-def snakemake(workdir, *args, env=None, cores=None):
-    """Snakemake started on `workdir` (no --cores unless given: the SLURM profile sets it),
-    its output and errors in one pipe."""
-    return start_snakemake(
-        workdir,
-        *args,
-        env=env,
-        cores=cores,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(proc, timeout=240) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"snakemake did not finish in {timeout} s:\n{out[-4000:]}") from None
-    return out
-
-
-def copy_project(project, workdir):
-    workdir.mkdir()
-    write_config(workdir, read_config(project))
-    return workdir
+def runs(early_runs):
+    """The same config run locally and on SLURM (tests/helpers/slurm_runs.py, started as the
+    session started: conftest.py). The SLURM run also has a model whose weights are damaged
+    (its resolve_model job fails on every attempt), and its first running extract_hidden job
+    is cancelled with scancel: the profile's retries must carry it through."""
+    return early_runs["slurm"].result()
 
 
 def same_outputs(a: Path, b: Path) -> None:
@@ -114,60 +38,6 @@ def same_outputs(a: Path, b: Path) -> None:
         x = load_file(a / f"results/maps/gpt/mini/{name}.safetensors")
         y = load_file(b / f"results/maps/gpt/mini/{name}.safetensors")
         assert sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x), name
-
-
-def cancel_first_running(slurm: LocalSlurm, prefix: str, done: dict, stop: threading.Event):
-    """Cancel the first job whose rule and wildcards begin with `prefix` seen running, once."""
-    while not stop.is_set():
-        for job in slurm.jobs():
-            if job["state"] == "RUNNING" and job["comment"].startswith(f"rule_{prefix}"):
-                slurm.cancel(job["id"])
-                done["cancelled"] = job
-                return
-        time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def runs(cluster, project, tmp_path_factory):
-    """The same config run locally and on SLURM. The SLURM run also has a model whose weights
-    are damaged (its resolve_model job fails on every attempt), and its first running
-    extract_hidden job is cancelled with scancel: the profile's retries must carry it through."""
-    root = tmp_path_factory.mktemp("runs")
-    local = copy_project(project, root / "local")
-    out = finish(snakemake(local, *TARGETS, cores=2))
-    assert all((local / t).exists() for t in TARGETS), out[-3000:]
-
-    remote = copy_project(project, root / "slurm")
-    broken = remote / "broken-model"
-    shutil.copytree(project / "tiny-gpt2", broken)
-    (broken / "model.safetensors").write_bytes(b"not a safetensors file")  # fails when loaded
-    config = read_config(remote)
-    config["models"]["broken"] = {"source": str(broken)}
-    write_config(remote, config)
-    targets = [*TARGETS, "results/metrics/broken/mini/r2.parquet"]
-    # Snakemake itself sees a GPU (nvidia-smi faked): the jobs, on SLURM's nodes, take no share
-    # of it (gpu_memory_percent 0)
-    gpu = fake_nvidia_smi(root / "fake-bin", memory_mib=1000)
-    proc = snakemake(remote, *SLURM_FLAGS, *targets, env={**cluster.env, **gpu})
-    done, stop = {}, threading.Event()
-    watcher = threading.Thread(
-        target=cancel_first_running, args=(cluster, "extract_hidden_wildcards_gpt", done, stop)
-    )
-    watcher.start()
-    try:
-        out = finish(proc)
-    finally:
-        stop.set()
-        watcher.join()
-    jobs = cluster.jobs()
-    return {
-        "local": local,
-        "slurm": remote,
-        "out": out,
-        "rc": proc.returncode,
-        "jobs": jobs,
-        **done,
-    }
 
 
 def test_slurm_run_equals_a_local_run_and_survives_a_cancelled_job(runs):

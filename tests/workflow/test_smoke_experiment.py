@@ -2,12 +2,12 @@
 docs/outputs.md's own-model example."""
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import waits
 import yaml
 from harness import ROOT, python_example, rules_run, run_snakemake
 
@@ -54,15 +54,17 @@ EVERY_STAGE = {
 
 
 @pytest.mark.real_model
-def test_smoke_experiment_runs_every_stage(tmp_path):
+def test_smoke_experiment_runs_every_stage(early_runs):
     smoke = yaml.safe_load(SMOKE.read_text())
     shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     assert smoke["models"] == shipped["models"]  # the default experiment's packaged models
     assert smoke["corpora"] == {"news": shipped["corpora"]["news"]}
-    proc = run_snakemake(tmp_path, "all", configfile=SMOKE, timeout=1800)
+    # `snakemake all` with SMOKE in a folder of its own, started as the session started
+    # (tests/helpers/early.py: conftest.py's early_runs)
+    workdir, proc = early_runs["smoke"].result()
     ran = rules_run(proc)
     assert EVERY_STAGE <= set(ran), sorted(EVERY_STAGE - set(ran))
-    metrics = tmp_path / "results/metrics"
+    metrics = workdir / "results/metrics"
     predicting = [m for m, spec in smoke["models"].items() if spec.get("predict", True)]
     for model in smoke["models"]:
         r2 = pq.read_table(metrics / f"{model}/news/r2.parquet")
@@ -86,7 +88,7 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
         for name in ("parts_r2", "submodules"):
             assert pq.read_table(metrics / f"{model}/news/{name}.parquet").num_rows, (model, name)
     for figure in ("r2.png", "prediction.png", "early_exit.png", "submodules.png"):
-        assert (tmp_path / "results/figures/smollm2/news" / figure).stat().st_size, figure
+        assert (workdir / "results/figures/smollm2/news" / figure).stat().st_size, figure
     # depth pruning on real weights, and the smaller checkpoint it writes
     selected = pq.read_table(metrics / "smollm2/news/pruning_selected.parquet").to_pylist()
     assert {r["variant"] for r in selected} == set(smoke["pruning"]["variants"])
@@ -98,26 +100,26 @@ def test_smoke_experiment_runs_every_stage(tmp_path):
     accuracy = pq.read_table(metrics / "smollm2/news/benchmark_accuracy.parquet")
     assert set(accuracy.column("task").to_pylist()) == set(benchmarks["tasks"])
     assert set(accuracy.column("documents").to_pylist()) == {benchmarks["limit"]}
-    assert (tmp_path / "results/figures/smollm2/news/benchmarks.png").stat().st_size
-    exported = run_snakemake(tmp_path, "pruned", configfile=SMOKE)
+    assert (workdir / "results/figures/smollm2/news/benchmarks.png").stat().st_size
+    exported = run_snakemake(workdir, "pruned", configfile=SMOKE)
     assert rules_run(exported) == {"export_pruned": 1, "pruned": 1}
     # what the experiment made outside `all` (lm-eval's task files, the checkpoint) is its own
     assert "not part of this experiment" not in exported.stderr
-    written = json.loads((tmp_path / "results/pruned/smollm2/news/config.json").read_text())
+    written = json.loads((workdir / "results/pruned/smollm2/news/config.json").read_text())
     assert written["num_hidden_layers"] == 30 - 8
     # 16 calibration sentences (352 tokens) for a width of 576: the export says what it is worth
-    described = json.loads((tmp_path / "results/pruned/smollm2/news/pruning.json").read_text())
+    described = json.loads((workdir / "results/pruned/smollm2/news/pruning.json").read_text())
     assert "fewer than the width" in described["caveat"]
 
     # docs/outputs.md's own-model example: SmolLM2 from its source and exported maps, hooks
     from jtc.cli import main
 
-    export = ["--results", str(tmp_path / "results"), "--model", "smollm2", "--corpus", "news"]
-    assert main(["export", *export, "--out", str(tmp_path / "shared/smollm2-news-mat")]) == 0
+    export = ["--results", str(workdir / "results"), "--model", "smollm2", "--corpus", "news"]
+    assert main(["export", *export, "--out", str(workdir / "shared/smollm2-news-mat")]) == 0
     code = python_example(ROOT / "docs" / "outputs.md", "**Without a workflow folder.**")
     code += "\nassert tuple(h30.shape)[::2] == (1, 576), h30.shape\n"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    proc = waits.run(
+        [sys.executable, "-c", code], 300, "docs/outputs.md's example", cwd=workdir, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "lens.png").stat().st_size
+    assert (workdir / "lens.png").stat().st_size
