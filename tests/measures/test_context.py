@@ -3,6 +3,8 @@ documents share no sentence with calibration, windows are cut from the token str
 overlap, the full model against itself gives ratio 1 and agreement 1, and drop's cross entropy
 on a window equals a direct computation; bad settings are refused naming the key."""
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -11,7 +13,7 @@ from pruneable import TOKENIZER, make
 from tiny import SENTENCES
 
 from jtc.data.corpus import select_split
-from jtc.measures.checks import context_problem
+from jtc.measures.checks import context_problem, usable_contexts
 from jtc.measures.context import (
     context_perplexity,
     cut_windows,
@@ -92,6 +94,23 @@ def test_token_stream_separates_documents():
 def test_bad_settings_are_refused_naming_the_key(contexts, windows, key):
     problem = context_problem(contexts, windows, 64, "tiny")
     assert problem and key in problem
+
+
+def test_a_length_beyond_the_models_positions_is_left_out_for_that_model_alone(caplog):
+    """One list serves every pruned model: 2,048 beside 8 on a 64-position model scores 8 only,
+    and says so; a model of unknown positions keeps both."""
+    assert context_problem([8, 2048], 3, 64, "tiny") is None
+    assert usable_contexts([8, 2048], 64) == [8] and usable_contexts([8, 2048], None) == [8, 2048]
+    model, adapter = make("llama")
+    info = {"adapter": adapter.to_json(), "max_positions": 64}
+    with caplog.at_level(logging.WARNING):
+        got = context_perplexity(
+            model, TOKENIZER, info, corpus(), selection(2), "unused.safetensors",
+            contexts=[8, 2048], windows=2, rule="measured", variants=["drop"],
+            calibration_sentences=10, corpus="test", model_name="tiny", batch_size=2,
+        ).to_pylist()  # fmt: skip
+    assert {r["context"] for r in got} == {8} and len(got) == 4
+    assert "pruning.context.lengths [2048] left out" in caplog.text
 
 
 def test_full_against_itself_and_drop_against_a_direct_computation():

@@ -27,7 +27,7 @@ from torch import nn
 from jtc.data.corpus import select_split
 from jtc.files.io import rows_table
 from jtc.logs import Progress
-from jtc.measures.checks import LOGITS_ELEMENTS, context_problem
+from jtc.measures.checks import LOGITS_ELEMENTS, context_problem, usable_contexts
 from jtc.measures.subjects import (
     SUBJECT_COLUMNS,
     Subject,
@@ -162,6 +162,13 @@ def context_perplexity(
     problem = context_problem(contexts, windows, info.get("max_positions"), model_name)
     if problem:
         raise ValueError(problem)
+    usable = usable_contexts(contexts, info.get("max_positions"))
+    if len(usable) < len(contexts):
+        log.warning(
+            "model '%s' takes %s positions: pruning.context.lengths %s left out for it",
+            model_name, info.get("max_positions"), sorted(set(contexts) - set(usable)),
+        )  # fmt: skip
+    contexts = usable
     documents = held_out_documents(sentences, calibration_sentences, corpus)
     stream = token_stream(tokenizer, documents, max(contexts) * windows)
     adapter = adapter_of(info)
