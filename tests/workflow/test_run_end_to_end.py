@@ -27,11 +27,6 @@ def test_first_run_runs_every_stage_and_writes_every_table(tiny_run, tiny_first_
     # the run ends by saying where its results are and how to get the report
     assert "jtc: done. Tables: results/metrics/" in tiny_first_run.stderr
     assert "--report results/report.html" in tiny_first_run.stderr
-    # 48 training sentences × 1 position at width 16: 3 rows per coefficient, flagged before
-    # any job with the sizes that reach 4 (jtc.pipeline.planning.rows_note)
-    assert "- gpt: 48 training sentences × 1 positions = 48 rows at width 16" in (
-        tiny_first_run.stderr
-    )
     assert ran["decode_predictions"] == 2 and ran["prediction_table"] == 2  # every method in one
     assert ran["plot_prediction"] == 2 and ran["prediction_examples"] == 2
     assert ran["early_exit"] == 2 and ran["plot_early_exit"] == 2

@@ -14,10 +14,8 @@ from jtc.pipeline.draws import sizes_problem
 from jtc.pipeline.locks import run_start
 from jtc.pipeline.planning import (
     gpu_problem,
-    model_widths,
     planned_jobs,
     replaced_note,
-    rows_note,
     stale_problem,
 )
 from jtc.pipeline.summary import run_summary
@@ -65,9 +63,9 @@ def _check_experiment():
     problem = stale_problem(jobs) or sizes_problem(jobs, config)
     if problem:
         raise WorkflowError(problem)
-    for note in (replaced_note(jobs), rows_note(config, model_widths(config))):
-        if note:
-            print(note, file=sys.stderr)
+    note = replaced_note(jobs)
+    if note:
+        print(note, file=sys.stderr)
 
 
 onstart:

@@ -335,53 +335,6 @@ def stale_problem(jobs: list[PlannedJob]) -> str | None:
     )
 
 
-def rows_note(config: dict[str, Any], widths: dict[str, int | None]) -> str | None:
-    """The models whose closed-form fits get fewer than ROWS_PER_COEFFICIENT training rows per
-    coefficient (jtc.shortcuts.underdetermined), with the sizes that reach it, where the rows
-    are known before the states are: a whole number of positions per sentence (with `all` the
-    rows are the tokens, counted by the fit, whose table and log flag them). `widths`: each
-    model's width, None where not known yet (a hub model or GGUF file before resolve_model)."""
-    from jtc.shortcuts.underdetermined import ROWS_PER_COEFFICIENT as FLOOR
-
-    positions, train = config["positions_per_sentence"], config["sizes"]["train"]
-    if not isinstance(positions, int) or not Experiment.of(config).map_methods:
-        return None
-    rows = train * positions
-    short = [
-        f"- {name}: {train} training sentences × {positions} positions = {rows} rows at width "
-        f"{width}, {rows / width:.1f} rows per coefficient; sizes.train "
-        f"{-(-FLOOR * width // positions)} or positions_per_sentence "
-        f"{-(-FLOOR * width // train)} (or all, every token) reaches {FLOOR}"
-        for name, width in widths.items()
-        if width and rows < FLOOR * width
-    ]
-    if not short:
-        return None
-    return "\n".join(
-        [
-            f"Note: fits below {FLOOR} training rows per coefficient (a d × d map has d per "
-            "output coordinate): least squares overfits there and held-out r² measures the "
-            "rows, not the model (the parameter table flags it, rows_per_coefficient):",
-            *short,
-        ]
-    )
-
-
-def model_widths(config: dict[str, Any]) -> dict[str, int | None]:
-    """Each configured model's width where known before any job: its local config.json, else
-    its cached info.json (paths.MODEL, from an earlier run), else None."""
-    from pathlib import Path
-
-    from jtc.files.io import read_json
-
-    widths: dict[str, int | None] = {}
-    for name, spec in config["models"].items():
-        info = Path(paths.MODEL.format(model=name)) / "info.json"
-        cached = read_json(info).get("hidden_size") if info.is_file() else None
-        widths[name] = local_width(spec) or cached
-    return widths
-
-
 def replaced_note(jobs: list[PlannedJob]) -> str | None:
     """The outputs the run replaces because the config changed."""
     replaced = replaced_outputs(jobs)
