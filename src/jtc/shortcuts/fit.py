@@ -31,22 +31,15 @@ def map_metadata(
     corpus: str,
     method: str,
     groups: np.ndarray | None = None,
-    ranks: Sequence[int] | None = None,
 ) -> dict:
     """A method's map file metadata: what was fitted, on how many sentences (`n_train`: the
-    distinct `groups`, each row's sentence; the rows where not given), on how many training
+    distinct `groups`, each row's sentence; the rows where not given) and on how many training
     rows (`training_rows`, read by jtc.shortcuts.underdetermined: a row per sentence and drawn
-    position, or for a map trained on the pooled pairs of every layer, those × layers) and the
-    numerical Gram rank of each source layer's rows (`gram_ranks`: `ranks`, computed here with
-    jtc.shortcuts.underdetermined.gram_ranks when not given). Warns (logger "jtc") when the
-    rows are fewer than the width of the states, the inputs of one output coordinate."""
+    position, or for a map trained on the pooled pairs of every layer, those × layers). Warns
+    (logger "jtc") when the rows are fewer than the width of the states, the inputs of one
+    output coordinate."""
     from jtc.shortcuts.methods import METHODS
-    from jtc.shortcuts.underdetermined import (
-        GRAM_RANKS,
-        TRAINING_ROWS,
-        gram_ranks,
-        warn_if_underdetermined,
-    )
+    from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_if_underdetermined
 
     n, width = states[0].shape
     pooled = len(states) - 1 if METHODS[method].one_map == "pooled" else 1
@@ -58,7 +51,6 @@ def map_metadata(
         "corpus": corpus,
         "n_train": n if groups is None else len(np.unique(groups)),
         TRAINING_ROWS: rows,
-        GRAM_RANKS: list(gram_ranks(states) if ranks is None else ranks),
     }
 
 
@@ -73,7 +65,6 @@ def fit_method(
     model: str,
     corpus: str,
     groups: np.ndarray | None = None,
-    ranks: Sequence[int] | None = None,
 ) -> None:
     """Fit `method`'s maps (config training.<method>: `settings`, its object of
     jtc.shortcuts.methods.METHODS; None for mat) from the training states
@@ -81,11 +72,10 @@ def fit_method(
     and write them to the map file `out`: mat and rrr in closed form, the others trained by
     gradient descent from `seed` (each layer pair from its own, jtc.shortcuts.train.pair_seed;
     `groups`, each row's sentence, keeps a sentence's rows together in the held-out share).
-    `model` and `corpus` name the maps in the file's metadata; `ranks`, the source layers'
-    Gram ranks (map_metadata), computed once for every method a job fits."""
+    `model` and `corpus` name the maps in the file's metadata."""
     from jtc.shortcuts.methods import METHODS
 
-    meta = map_metadata(states, model, corpus, method, groups, ranks)
+    meta = map_metadata(states, model, corpus, method, groups)
     if METHODS[method].trained:
         _trained(method, states, out, meta, settings, seed, threads, groups)
     else:
@@ -106,13 +96,8 @@ def fit_methods(
     training states (jtc.data.states.LayerStates, each row's sentence in `sentence_ids`);
     `params`: method -> its rule param (jtc.shortcuts.methods.settings_param), made its
     settings object here."""
-    from threadpoolctl import threadpool_limits
-
     from jtc.shortcuts.methods import settings_of
-    from jtc.shortcuts.underdetermined import gram_ranks
 
-    with threadpool_limits(threads):
-        ranks = gram_ranks(states)  # the same training rows for every method
     for method, out in outs.items():
         fit_method(
             method,
@@ -124,7 +109,6 @@ def fit_methods(
             model=model,
             corpus=corpus,
             groups=states.sentence_ids,
-            ranks=ranks,
         )
 
 
