@@ -73,6 +73,11 @@ def test_defaults_are_filled():
         ({"early_exit": {"decay_weight": 1e308}}, "early_exit.decay_weight"),
         ({"training": {"njtc": {"weight_decay": 1e300}}}, "training.njtc.weight_decay"),
         ({"training": {"njtc": {"learning_rate": 0}}}, "training.njtc.learning_rate"),
+        ({"training": {"njtc": {"positions": 0}}}, "training.njtc.positions"),
+        ({"training": {"nnjtc": {"positions": "every"}}}, "training.nnjtc.positions"),
+        ({"training": {"tuned_lens": {"positions": 0}}}, "training.tuned_lens.positions"),
+        ({"training": {"rrr": {"positions": 3}}}, "training.rrr"),
+        ({"positions_per_sentence": 0}, "positions_per_sentence"),
         ({"training": {"tuned_lens": {"weight_decay": -0.1}}}, "training.tuned_lens.weight_decay"),
         ({"prediction": {"confidence_level": 0}}, "prediction.confidence_level"),
         (

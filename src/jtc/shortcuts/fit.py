@@ -95,20 +95,30 @@ def fit_methods(
     """fit_method for every method of `outs` (method -> its map file), in that order, on the same
     training states (jtc.data.states.LayerStates, each row's sentence in `sentence_ids`);
     `params`: method -> its rule param (jtc.shortcuts.methods.settings_param), made its
-    settings object here."""
+    settings object here. The closed-form methods read every stored row; a trained method the
+    rows its `positions` setting draws from them (jtc.data.positions.training_rows_for, keyed
+    by `seed`)."""
+    from jtc.data.positions import training_rows_for
     from jtc.shortcuts.methods import settings_of
 
     for method, out in outs.items():
+        settings = settings_of(method, params[method])
+        positions = getattr(settings, "positions", "all")  # trained methods only
+        rows = training_rows_for(states, positions, seed)
+        if rows is not states:
+            log.info(
+                "%s: %s stored rows of each sentence, %d rows", method, positions, len(rows[0])
+            )
         fit_method(
             method,
-            states,
+            rows,
             out,
-            settings=settings_of(method, params[method]),
+            settings=settings,
             seed=seed,
             threads=threads,
             model=model,
             corpus=corpus,
-            groups=states.sentence_ids,
+            groups=rows.sentence_ids,
         )
 
 
