@@ -352,3 +352,8 @@ def test_gram_rank_counts_the_dimensions_the_rows_span():
     assert fit_source(rng.normal(size=(50, 10)), [(1, full)])[2] == 10
     assert fit_source_reduced_rank(x, [(1, x)], 2)[2] == 7
     assert gram_rank(np.zeros(4)) == 0
+    # the torch path (a GPU's; here on a CPU torch device) counts the same way
+    torch = pytest.importorskip("torch")
+    cpu = torch.device("cpu")
+    assert fit_source(x, [(1, x)], cpu)[2] == 7 and fit_source(full, [(1, full)], cpu)[2] == 9
+    assert fit_source_reduced_rank(x, [(1, x)], 2, cpu)[2] == 7
