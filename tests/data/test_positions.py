@@ -1,102 +1,110 @@
-"""A trained method's share of the stored training rows (training.<method>.positions): drawn per
-sentence, seeded and deterministic, the same rows extraction would store for that count, and
-the only rows that method is trained on."""
+"""Fits on several token positions per training sentence (config positions_per_sentence): a
+row per (sentence, position) in the states files; the fits read every layer through
+LayerStates, which holds a bounded amount; the trained methods hold out whole sentences for
+early stopping; the map files count sentences and rows apart."""
 
 import dataclasses
 
 import numpy as np
 import pytest
+import torch
+from safetensors.numpy import load_file
 
-from jtc.data.positions import RowSubset, draw_positions, subsample_rows, training_rows_for
 from jtc.data.states import LayerStates, StateWriter, layer_file
 from jtc.files.io import write_json
 from jtc.settings import LowRankSettings
 from jtc.shortcuts.maps import read_metadata
-from jtc.shortcuts.underdetermined import TRAINING_ROWS
+from jtc.shortcuts.train import held_out_rows
 from jtc.stages.fit import fit_map
 
-
-def stored(lengths):
-    """Every position of sentences 10, 11, ... of the given lengths, a sentence's rows together."""
-    ids = np.concatenate([np.full(n, 10 + i) for i, n in enumerate(lengths)])
-    positions = np.concatenate([np.arange(n) for n in lengths])
-    return ids, positions
-
-
-def test_k_rows_of_each_sentence_drawn_as_extraction_draws_k_positions():
-    ids, positions = stored([7, 2, 12, 5])
-    rows = subsample_rows(ids, positions, 3, seed=4)
-    assert np.array_equal(rows, subsample_rows(ids, positions, 3, seed=4))  # deterministic
-    assert np.all(np.diff(rows) > 0)
-    sentences, numbers = np.unique(ids[rows], return_counts=True)
-    counts = dict(zip(sentences.tolist(), numbers.tolist(), strict=True))
-    assert counts == {10: 3, 11: 2, 12: 3, 13: 3}  # a 2-token sentence gives both
-    for sentence, n in ((10, 7), (12, 12), (13, 5)):  # extraction's draw for the same k
-        mine = positions[rows][ids[rows] == sentence]
-        assert np.array_equal(mine, draw_positions(4, sentence, np.arange(n), 3))
-    assert not np.array_equal(rows, subsample_rows(ids, positions, 3, seed=5))
-    assert subsample_rows(ids, positions, "all", seed=4) is None
-    one = subsample_rows(ids, positions, 1, seed=4)
-    assert len(one) == 4 and set(ids[one]) == {10, 11, 12, 13}
+LAYERS = 3
+SETTINGS = {
+    "mat": {},
+    "nnjtc": dataclasses.asdict(
+        LowRankSettings.defaults("nnjtc", targets="last", max_epochs=2, batch_size=16)
+    ),
+}
 
 
-def test_a_sentence_keeps_its_rows_whatever_else_is_stored():
-    ids, positions = stored([9, 6])
-    alone = subsample_rows(ids[:9], positions[:9], 4, seed=0)
-    together = subsample_rows(ids, positions, 4, seed=0)
-    assert np.array_equal(positions[together][ids[together] == 10], positions[alone])
-    # stored rows out of sentence order are grouped by sentence, not by run
-    order = np.r_[np.arange(9, 15), np.arange(9)]
-    shuffled = subsample_rows(ids[order], positions[order], 4, seed=0)
-    assert sorted(map(tuple, np.c_[ids[order][shuffled], positions[order][shuffled]])) == sorted(
-        map(tuple, np.c_[ids[together], positions[together]])
-    )
-
-
-@pytest.mark.parametrize("count", [0, -1, "some", True])
-def test_a_count_below_one_is_refused(count):
-    ids, positions = stored([3])
-    with pytest.raises(ValueError, match="positions"):
-        subsample_rows(ids, positions, count, seed=0)
-
-
-def states_folder(folder, lengths, width=6, layers=2):
+def states_dir(folder, sentences, per_sentence, width=6):
+    """Random states of layers 0..LAYERS, `per_sentence` rows (positions) per sentence."""
     rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(sentences) * 5 + 2, per_sentence)
+    positions = np.tile(np.arange(per_sentence, dtype=np.int32), sentences)
     folder.mkdir(parents=True)
-    ids, positions = stored(lengths)
     h = rng.normal(size=(len(ids), width))
-    for layer in range(layers + 1):
+    for layer in range(LAYERS + 1):
         writer = StateWriter(layer_file(folder, layer), width, "float32", 1000)
-        writer.write(ids, positions.astype(np.int32), h)
+        writer.write(ids, positions, h.astype(np.float32))
         writer.close()
-        h = h @ rng.normal(size=(width, width)) + 0.1 * rng.normal(size=h.shape)
-    info = {"num_layers": layers, "hidden_size": width, "sentences": len(lengths)}
+        h = np.tanh(h @ rng.normal(size=(width, width))) + 0.1 * rng.normal(size=h.shape)
+    info = {"num_layers": LAYERS, "hidden_size": width, "sentences": sentences, "rows": len(ids)}
     write_json(folder / "info.json", info)
-    return folder
+    return folder, ids
 
 
-def test_the_subset_reads_the_chosen_rows_of_every_layer(tmp_path):
-    states = LayerStates(states_folder(tmp_path / "train", [8, 8, 8]))
-    assert training_rows_for(states, "all", 0) is states
-    subset = training_rows_for(states, 2, 0)
-    assert isinstance(subset, RowSubset) and len(subset) == 3
-    rows = subsample_rows(states.sentence_ids, np.tile(np.arange(8), 3), 2, 0)
-    for layer in range(3):
-        assert np.array_equal(subset[layer], states[layer][rows])
-    assert np.array_equal(subset.sentence_ids, states.sentence_ids[rows])
-    assert subset[-1] is subset[2] and len(subset[0:2]) == 2
+def test_held_out_share_keeps_each_sentence_on_one_side():
+    """With several rows per sentence the held-out share is drawn over sentences; with one row
+    per sentence it is the plain row draw (the same rows as without groups)."""
+    groups = np.repeat(np.arange(40) * 3 + 1, 5)  # 40 sentences, 5 rows each
+    hold, train = held_out_rows(len(groups), 0.2, torch.Generator().manual_seed(0), groups)
+    assert len(hold) == 8 * 5 and len(hold) + len(train) == len(groups)
+    assert not set(groups[hold.numpy()]) & set(groups[train.numpy()])
+    plain = held_out_rows(40, 0.2, torch.Generator().manual_seed(0))
+    single = held_out_rows(40, 0.2, torch.Generator().manual_seed(0), np.arange(40) * 3)
+    assert all(torch.equal(a, b) for a, b in zip(plain, single, strict=True))
 
 
-def test_a_trained_method_alone_reads_its_positions(tmp_path):
-    """mat reads every stored row; njtc the 2 of each sentence its positions draws."""
-    train = states_folder(tmp_path / "train", [10] * 12)
-    njtc = LowRankSettings.defaults(
-        "njtc", rank=2, targets="last", max_epochs=1, batch_size=8, positions=2
+def test_layer_states_read_beyond_their_bound_give_the_same_layers(tmp_path):
+    folder, ids = states_dir(tmp_path / "train", 10, 4)
+    kept = LayerStates(folder)
+    bounded = LayerStates(folder, keep_bytes=2 * len(ids) * 6 * 4)  # two layers kept at most
+    assert len(kept) == LAYERS + 1 and np.array_equal(kept.sentence_ids, ids)
+    for layer in [3, 1, 3, 2, 0, -1]:
+        assert np.array_equal(kept[layer], bounded[layer])
+    assert len(bounded.kept) == 2 and len(kept.kept) == LAYERS + 1
+    assert [a.shape for a in bounded[1:3]] == [(len(ids), 6)] * 2
+    with pytest.raises(IndexError):
+        bounded[LAYERS + 1]
+
+
+def test_fits_on_several_positions_count_sentences_and_rows(tmp_path, monkeypatch):
+    """fit_map on 4 rows per sentence: the map files record 30 sentences and 120 rows; the
+    maps do not depend on how many layers the job keeps in memory."""
+    import jtc.data.states as states
+
+    folder, _ = states_dir(tmp_path / "train", 30, 4)
+    files, reads = {}, []
+    read_aligned = states.read_aligned
+    monkeypatch.setattr(
+        states, "read_aligned", lambda *a, **k: reads.append(a[1]) or read_aligned(*a, **k)
     )
-    settings = {"mat": {}, "njtc": dataclasses.asdict(njtc)}
-    maps = {m: str(tmp_path / f"{m}.safetensors") for m in settings}
-    fit_map(str(train), maps, settings=settings, seed=0, model="m", corpus="c", threads=1)
-    assert read_metadata(maps["mat"])[TRAINING_ROWS] == 120
-    meta = read_metadata(maps["njtc"])
-    assert meta[TRAINING_ROWS] == 24 and meta["n_train"] == 12
-    assert meta["settings"]["positions"] == 2
+    for name, keep in (("all", states.KEEP_BYTES), ("one", 120 * 6 * 4)):
+        monkeypatch.setattr(states, "KEEP_BYTES", keep)
+        reads.clear()
+        files[name] = {m: str(tmp_path / name / f"{m}.safetensors") for m in SETTINGS}
+        fit_map(str(folder), files[name], settings=SETTINGS, seed=0, model="m", corpus="c",
+                threads=1)  # fmt: skip
+        # every layer read once when all are kept; read again at each use when only one is
+        assert sorted(reads) == [1, 2, 3] if name == "all" else len(reads) > LAYERS
+    for method in SETTINGS:
+        meta = read_metadata(files["all"][method])
+        assert meta["n_train"] == 30 and meta["training_rows"] == 120
+        a, b = load_file(files["all"][method]), load_file(files["one"][method])
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_row_groups_stay_bounded_when_one_write_is_larger(tmp_path):
+    """A write of more rows than a row group holds (many positions at a real width) is split:
+    no row group is larger than the writer's bound, and the rows read back whole."""
+    import pyarrow.parquet as pq
+
+    from jtc.data.states import read_states
+
+    states = np.random.default_rng(0).normal(size=(250, 8)).astype(np.float32)
+    writer = StateWriter(layer_file(tmp_path, 0), 8, "float32", 100)
+    writer.write(np.arange(250), np.zeros(250, dtype=np.int32), states)
+    writer.close()
+    meta = pq.ParquetFile(layer_file(tmp_path, 0)).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 50]
+    assert np.array_equal(read_states(tmp_path, 0)[1], states)
