@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     with threadpool_limits(args.threads):
         start = time.perf_counter()
         for source in range(sites - 1):
-            fitted, _ = fit_source(
+            fitted, _, _ = fit_source(
                 layers[source], ((t, layers[t]) for t in range(source + 1, sites)), device
             )
             if source == 0:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"jtc: {ours:.1f} s for all pairs ({ours / len(pairs) * 1e3:.1f} ms a pair)")
         if device is not None:
             checked = range(1, 1 + min(args.check_targets, sites - 1))
-            on_cpu, _ = fit_source(layers[0], ((t, layers[t]) for t in checked))
+            on_cpu, _, _ = fit_source(layers[0], ((t, layers[t]) for t in checked))
             worst = max(
                 float(np.abs(first[t] - on_cpu[t]).max() / np.abs(on_cpu[t]).max()) for t in checked
             )

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         begin = time.perf_counter()
         with threadpool_limits(args.threads):  # the CPU path: numpy and scipy, as the stage's
             linalg = device if device.type == "cuda" else None
-            maps, solver = fit_source_reduced_rank(x, [(last, final)], rank, linalg)
+            maps, solver, _ = fit_source_reduced_rank(x, [(last, final)], rank, linalg)
         seconds = time.perf_counter() - begin
         best_mse[source] = mse(maps[last], x, final)
         if "rrr" in args.methods:

@@ -366,6 +366,8 @@ class TrainSettings(Settings):
     """The learning rate schedule: cosine or constant."""
     warm_start: bool
     """Start from the closed-form optimum (jtc.shortcuts.train), else from random maps."""
+    positions: int | str
+    """Stored training rows per sentence trained on: k or "all" (jtc.data.subsample)."""
 
 
 @dataclasses.dataclass(frozen=True)

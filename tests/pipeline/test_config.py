@@ -73,6 +73,11 @@ def test_defaults_are_filled():
         ({"early_exit": {"decay_weight": 1e308}}, "early_exit.decay_weight"),
         ({"training": {"njtc": {"weight_decay": 1e300}}}, "training.njtc.weight_decay"),
         ({"training": {"njtc": {"learning_rate": 0}}}, "training.njtc.learning_rate"),
+        ({"training": {"njtc": {"positions": 0}}}, "training.njtc.positions"),
+        ({"training": {"nnjtc": {"positions": "every"}}}, "training.nnjtc.positions"),
+        ({"training": {"tuned_lens": {"positions": 0}}}, "training.tuned_lens.positions"),
+        ({"training": {"rrr": {"positions": 3}}}, "training.rrr"),
+        ({"positions_per_sentence": 0}, "positions_per_sentence"),
         ({"training": {"tuned_lens": {"weight_decay": -0.1}}}, "training.tuned_lens.weight_decay"),
         ({"prediction": {"confidence_level": 0}}, "prediction.confidence_level"),
         (
@@ -400,3 +405,23 @@ def test_pruning_rrr_and_a_negative_ridge_are_refused_by_their_keys():
     assert validate_config({**base, "pruning": {"ridge": 0.01}})["pruning"]["ridge"] == 0.01
     # the shortcut method rrr is another method, and stays
     assert "rrr" in validate_config({**base, "methods": ["id", "rrr"]})["methods"]
+
+
+def test_fits_below_four_rows_a_coefficient_are_flagged_while_planning():
+    from jtc.pipeline.planning import rows_note
+
+    cfg = validate_config({**copy.deepcopy(BASE), "sizes": {"train": 800}})
+    assert cfg["positions_per_sentence"] == "all"  # the default: the fit's own warning covers it
+    assert rows_note(cfg, {"m": 1536}) is None
+    cfg["positions_per_sentence"] = 3  # Qwen2.5 1.5B's old config: 2,400 rows at width 1,536
+    note = rows_note(cfg, {"m": 1536, "small": 576, "unknown": None})
+    assert note == (
+        "jtc: model 'm' (width 1536): the closed-form fits get 2,400 training rows (sizes.train "
+        "800 × positions_per_sentence 3), 1.6 per coefficient, below 4: their held-out r² will "
+        "measure overfitting more than the model. 4 per coefficient (6,144 rows) takes "
+        "sizes.train 2048 at positions_per_sentence 3, or positions_per_sentence 8 at "
+        "sizes.train 800 (a sentence gives at most its tokens), or positions_per_sentence: all "
+        "(every token)"
+    )  # width 576: 2,400 rows are 4.2 a coefficient, not flagged; an unknown width is skipped
+    cfg["sizes"]["train"] = 2048
+    assert rows_note(cfg, {"m": 1536}) is None

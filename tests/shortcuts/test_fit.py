@@ -28,7 +28,7 @@ def problem(n=400, d=24, seed=0):
 
 def test_mat_equals_sklearn_without_intercept():
     x, ys = problem()
-    weights, method = fit_source(x, ys.items())
+    weights, method, _ = fit_source(x, ys.items())
     assert method == "cholesky"
     for t, y in ys.items():
         ref = LinearRegression(fit_intercept=False).fit(x, y)
@@ -39,7 +39,7 @@ def test_mat_equals_sklearn_without_intercept():
 
 def test_r2_equals_sklearn_uniform_average():
     x, ys = problem()
-    weights, _ = fit_source(x[:300], ((t, y[:300]) for t, y in ys.items()))
+    weights, _, _ = fit_source(x[:300], ((t, y[:300]) for t, y in ys.items()))
     for t, y in ys.items():
         pred = ShortcutMap({"weight": weights[t]})(x[300:])
         assert abs(r2_score(y[300:], pred) - sk_r2(y[300:], pred)) < 1e-5
@@ -99,7 +99,7 @@ def test_singular_gram_gives_minimum_norm_solution(case):
 
 def test_maps_round_trip_and_corrupt_file(tmp_path):
     x, ys = problem(d=8)
-    weights, _ = fit_source(x, ys.items())
+    weights, _, _ = fit_source(x, ys.items())
     path = tmp_path / "mat.safetensors"
     save_maps(path, {0: weights}, {"method": "mat"})
     loaded = load_maps(path, 0)
@@ -137,9 +137,9 @@ def test_torch_fit_equals_the_cpu_path(device, case):
         x[:, 3] = 0.0
     elif case == "fewer_samples_than_width":
         x, ys = x[:10], {t: y[:10] for t, y in ys.items()}
-    on_cpu, method = fit_source(x, ys.items())
-    on_device, device_method = fit_source(x.astype(np.float32), ys.items(), torch.device(device))
-    cpu32, _ = fit_source(x.astype(np.float32), ys.items())
+    on_cpu, method, _ = fit_source(x, ys.items())
+    on_device, device_method, _ = fit_source(x.astype(np.float32), ys.items(), torch.device(device))
+    cpu32, _, _ = fit_source(x.astype(np.float32), ys.items())
     assert device_method == method == ("cholesky" if case == "regular" else "pinv")
     for t in ys:
         assert on_device[t].dtype == np.float32 and on_device[t].shape == (24, 24)
@@ -233,7 +233,7 @@ def low_rank_matrix(parts):
 @pytest.mark.parametrize("rank", [1, 4, 32])
 def test_rrr_equals_numpy_reduced_rank_regression(rank, case):
     x, ys = spread_problem(case=case)
-    maps, method = fit_source_reduced_rank(x, ys.items(), rank)
+    maps, method, _ = fit_source_reduced_rank(x, ys.items(), rank)
     assert method == ("cholesky" if case == "regular" else "pinv")
     for t, y in ys.items():
         parts = maps[t]
@@ -249,7 +249,7 @@ def test_rrr_equals_numpy_reduced_rank_regression(rank, case):
         up = parts["up.weight"].astype(np.float64)
         np.testing.assert_allclose(up.T @ up, np.eye(rank), atol=1e-6)
     if rank == 32 and case == "regular":  # full rank: rrr is mat
-        mat, _ = fit_source(x, ys.items())
+        mat, _, _ = fit_source(x, ys.items())
         for t in ys:
             np.testing.assert_allclose(low_rank_matrix(maps[t]).T, mat[t], atol=1e-6 * 100)
 
@@ -260,8 +260,8 @@ def test_rrr_is_the_best_rank_r_map_and_deterministic():
     the bit, and the eigenvector signs are fixed (largest entry of each up column positive)."""
     x, ys = spread_problem()
     rank = 3
-    maps, _ = fit_source_reduced_rank(x, ys.items(), rank)
-    again, _ = fit_source_reduced_rank(x, ys.items(), rank)
+    maps, _, _ = fit_source_reduced_rank(x, ys.items(), rank)
+    again, _, _ = fit_source_reduced_rank(x, ys.items(), rank)
     rng = np.random.default_rng(0)
     for t, y in ys.items():
         for name in maps[t]:
@@ -309,10 +309,10 @@ def test_torch_rrr_equals_numpy(device, case):
     x, ys = spread_problem(case=case)
     x32 = x.astype(np.float32)
     dev = torch.device(device)
-    maps, method = fit_source_reduced_rank(
+    maps, method, _ = fit_source_reduced_rank(
         x32, ((t, y.astype(np.float32)) for t, y in ys.items()), 4, dev
     )
-    cpu_maps, cpu_method = fit_source_reduced_rank(
+    cpu_maps, cpu_method, _ = fit_source_reduced_rank(
         x32, ((t, y.astype(np.float32)) for t, y in ys.items()), 4
     )
     assert method == cpu_method == ("cholesky" if case == "regular" else "pinv")
@@ -334,3 +334,26 @@ def test_torch_rrr_equals_numpy(device, case):
     cpu_weight, cpu_bias = least_squares_affine(x32, ys[1])
     np.testing.assert_allclose(weight, cpu_weight, atol=1e-7 * np.abs(cpu_weight).max())
     np.testing.assert_allclose(bias, cpu_bias, atol=1e-7 * np.abs(cpu_bias).max())
+
+
+def test_gram_rank_counts_the_dimensions_the_rows_span():
+    """gram_rank agrees with numpy's matrix_rank of X^T X, and fit_source reports it: repeated
+    rows and a column that is a sum of others add rows but no rank."""
+    from jtc.shortcuts.closed_form import gram_rank
+
+    rng = np.random.default_rng(3)
+    x = np.repeat(rng.normal(size=(7, 10)), 5, axis=0)  # 35 rows, 7 distinct
+    gram = x.T @ x
+    assert gram_rank(np.linalg.eigvalsh(gram)) == np.linalg.matrix_rank(gram) == 7
+    full = rng.normal(size=(50, 10))
+    full[:, 9] = full[:, 0] + full[:, 1]
+    assert fit_source(x, [(1, x)])[2] == 7
+    assert fit_source(full, [(1, full)])[2] == 9
+    assert fit_source(rng.normal(size=(50, 10)), [(1, full)])[2] == 10
+    assert fit_source_reduced_rank(x, [(1, x)], 2)[2] == 7
+    assert gram_rank(np.zeros(4)) == 0
+    # the torch path (a GPU's; here on a CPU torch device) counts the same way
+    torch = pytest.importorskip("torch")
+    cpu = torch.device("cpu")
+    assert fit_source(x, [(1, x)], cpu)[2] == 7 and fit_source(full, [(1, full)], cpu)[2] == 9
+    assert fit_source_reduced_rank(x, [(1, x)], 2, cpu)[2] == 7

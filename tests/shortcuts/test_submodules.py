@@ -188,7 +188,7 @@ def test_a_part_that_is_linear_is_replaced_exactly(tmp_path):
     model, tokenizer = linear_mlp_gpt2()
     info = model_info("gpt2", model, tokenizer, "test")
     train = run(model, tokenizer, info, sentence_table(tmp_path, 60), tmp_path / "train", True)
-    weights, solvers = fit_parts(train)
+    weights, solvers, _ = fit_parts(train)
     assert set(weights) == {(b, p) for b in (1, 2, 3) for p in adapters.PART_NAMES}
     save_part_maps(tmp_path / "maps.safetensors", weights, {"model": "gpt2"})
     maps = load_part_maps(tmp_path / "maps.safetensors")

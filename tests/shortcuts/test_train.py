@@ -66,7 +66,7 @@ def test_njtc_at_full_rank_reaches_least_squares_training_error(warm_start):
     """From a random start gradient descent reaches the least-squares error; the closed-form
     start is there already (at full rank rrr is mat) and training keeps it there."""
     x, y = linear_problem()
-    weights, _ = fit_source(x, [(1, y)])
+    weights, _, _ = fit_source(x, [(1, y)])
     best = mse(x @ weights[1].T, y)
     settings = trained_with(
         learning_rate=0.03,
@@ -198,7 +198,7 @@ def test_rrr_training_error_is_at_most_njtc_and_nnjtc_on_every_pair(warm_start):
     for source in range(len(states) - 1):
         x = states[source]
         targets = [(t, states[t]) for t in range(source + 1, len(states))]
-        rrr, _ = fit_source_reduced_rank(x, targets, rank)
+        rrr, _, _ = fit_source_reduced_rank(x, targets, rank)
         for target, y in targets:
             bound = mse(ShortcutMap(rrr[target])(x), y)
             bound_affine = mse(with_ones(x) @ numpy_rrr(with_ones(x), y, rank), y)

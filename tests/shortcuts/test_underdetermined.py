@@ -292,3 +292,81 @@ def test_a_map_trained_on_the_pooled_layers_counts_every_layers_rows(tmp_path, c
     assert {r.getMessage().split(":")[0] for r in warnings_of(caplog)} == {
         "m on c, one_jump_selected"
     }
+
+
+def repeated_rows_dir(folder, distinct, repeats, width):
+    """States whose layer 0 holds `distinct` rows, each `repeats` times (a token embedding read
+    once per occurrence), and whose later layers are full-rank functions of the row."""
+    rng = np.random.default_rng(distinct * 100 + width)
+    folder.mkdir(parents=True)
+    base = np.repeat(rng.normal(size=(distinct, width)), repeats, axis=0)
+    n = len(base)
+    h = base
+    for layer in range(LAYERS + 1):
+        write_site(layer_file(folder, layer), h.astype(np.float32))
+        h = np.tanh(h @ rng.normal(size=(width, width)) / np.sqrt(width)) + rng.normal(
+            size=(n, width)
+        )
+    write_json(folder / "info.json", {"num_layers": LAYERS, "hidden_size": width, "sentences": n})
+    return folder
+
+
+def test_a_rank_below_the_width_is_flagged_even_with_more_rows_than_the_width(tmp_path, caplog):
+    """Layer 0 of 96 rows holds 12 distinct rows at width 16: 6 rows a coefficient, rank 12.
+    The row flag stays off; the rank flag and the warning name the layer, rank and width."""
+    caplog.set_level(logging.INFO)
+    train = repeated_rows_dir(tmp_path / "train", distinct=12, repeats=8, width=16)
+    settings = {"mat": {}, "rrr": {"rank": 2, "targets": "all"}}
+    maps = {m: str(tmp_path / "maps" / f"{m}.safetensors") for m in settings}
+    fit_map(str(train), maps, settings=settings, seed=0, model="m", corpus="c", threads=1)
+    for method in settings:  # layer 0 spans 12 dimensions; the later layers (noise added) 16
+        assert read_metadata(maps[method])["gram_ranks"] == {"0": 12, "1": 16}, method
+    out = tmp_path / "parameters.parquet"
+    parameter_table(str(train), maps, str(out), model="m", corpus="c")
+    table = {r["method"]: r for r in pq.read_table(out).to_pylist()}
+    for method in settings:
+        row = table[method]
+        assert (row["training_rows"], row["underdetermined"]) == (96, False)
+        assert row["rows_per_coefficient"] == pytest.approx(6.0)
+        assert (row["gram_rank"], row["rank_deficient"]) == (12, True)
+    assert (table["id"]["gram_rank"], table["id"]["rank_deficient"]) == (None, False)
+    warned = [r.getMessage() for r in warnings_of(caplog)]
+    for method in settings:  # the fit job's log and the table job's
+        mine = [w for w in warned if w.startswith(f"m on c, {method}: ")]
+        assert len(mine) == 2, (method, warned)
+        assert "layer 0 (rank 12)" in mine[0] and "width 16" in mine[0]
+        assert "96 of them" in mine[0] and "sizes.train" in mine[0]
+
+
+def test_full_rank_rows_report_their_rank_and_rows_per_coefficient(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    maps, table = fitted(tmp_path, n=64, width=16)
+    assert read_metadata(maps["mat"])["gram_ranks"] == {"0": 16, "1": 16}
+    for method in ("mat", "rrr"):
+        assert table[method]["gram_rank"] == 16 and table[method]["rank_deficient"] is False
+        assert table[method]["rows_per_coefficient"] == pytest.approx(4.0)
+    # the trained methods form no Gram matrix of their own: rank unknown, rows still reported
+    assert table["njtc"]["gram_rank"] is None and table["njtc"]["rank_deficient"] is None
+    assert table["njtc"]["rows_per_coefficient"] == pytest.approx(4.0)
+    assert warnings_of(caplog) == []
+
+
+def test_part_maps_report_the_rank_of_their_inputs(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    width = 24
+    train = parts_dir(tmp_path / "train", 60, width)
+    # block 2's attention input: 6 distinct rows, each 10 times
+    x = np.repeat(np.random.default_rng(1).normal(size=(6, width)), 10, axis=0)
+    write_site(part_file(train, 2, "attn", "in"), x.astype(np.float32))
+    validation = parts_dir(tmp_path / "validation", 30, width)
+    maps = tmp_path / "parts.safetensors"
+    fit_parts(str(train), str(maps), model="m", corpus="c", threads=1)
+    out = tmp_path / "parts_r2.parquet"
+    part_r2_table(str(validation), str(maps), str(out), model="m", corpus="c")
+    rows = {(r["block"], r["part"]): r for r in pq.read_table(out).to_pylist()}
+    assert rows[(2, "attn")]["gram_rank"] == 6 and rows[(2, "attn")]["rank_deficient"] is True
+    assert rows[(1, "attn")]["gram_rank"] == width and not rows[(1, "attn")]["rank_deficient"]
+    assert {r["rows_per_coefficient"] for r in rows.values()} == {2.5}
+    assert not any(r["underdetermined"] for r in rows.values())
+    warned = [r.getMessage() for r in warnings_of(caplog)]
+    assert len(warned) == 2 and all("block 2 attn (rank 6)" in w for w in warned), warned

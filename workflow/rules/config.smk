@@ -10,7 +10,8 @@ from snakemake.exceptions import WorkflowError
 from jtc import paths
 from jtc.shortcuts.parts import VARIANTS
 from jtc.pipeline.config import ConfigError, command_line_config
-from jtc.pipeline.planning import Experiment, checked_config
+from jtc.model.sources import local_width
+from jtc.pipeline.planning import Experiment, checked_config, rows_note
 from jtc.pipeline.planning import alternatives as _alternatives
 
 _given = config
@@ -36,6 +37,11 @@ except ConfigError as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 config.clear()
 config.update(_checked)
+_rows_note = rows_note(
+    config, {name: local_width(spec) for name, spec in config["models"].items()}
+)
+if _rows_note and workflow.is_main_process:
+    print(_rows_note, file=sys.stderr)
 
 EXPERIMENT = Experiment.of(config)  # jtc.pipeline.planning.Experiment
 MODELS = EXPERIMENT.models

@@ -19,6 +19,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
+from jtc.data.positions import ALL, draw_position, draw_positions  # noqa: F401 (re-exported)
 from jtc.data.states import StateWriter, layer_file, part_file
 from jtc.files.io import write_json, write_table
 from jtc.logs import Progress
@@ -31,30 +32,6 @@ CHUNK_SENTENCES = 2048  # sentences whose states are held in memory at once (at 
 CHUNK_BYTES = 1 << 30  # and at most this much float32 state, all sites together
 STATE_BUFFER_BYTES = 512 << 20  # states buffered for writing, all layers together
 ROW_GROUP_BYTES = 64 << 20  # largest Parquet row group
-
-
-ALL = "all"  # positions_per_sentence: every ordinary token of each sentence
-
-
-def draw_position(seed: int, sentence_id: int, candidates: np.ndarray) -> int:
-    """A uniform draw over `candidates` from a generator keyed by (seed, sentence id)."""
-    rng = np.random.default_rng([seed, sentence_id])
-    return int(candidates[rng.integers(len(candidates))])
-
-
-def draw_positions(
-    seed: int, sentence_id: int, candidates: np.ndarray, count: int | str = 1
-) -> np.ndarray:
-    """The positions of one sentence, in increasing order: for `count` 1, draw_position's (the
-    paper's one position); for k > 1, k distinct draws from a generator keyed by (seed, sentence
-    id, k); every candidate for "all" or a k at least their number. The same sentence gets the
-    same positions whatever else is extracted with it."""
-    if count == 1:
-        return np.asarray([draw_position(seed, sentence_id, candidates)], dtype=np.int64)
-    if count == ALL or int(count) >= len(candidates):
-        return np.asarray(candidates, dtype=np.int64)
-    rng = np.random.default_rng([seed, sentence_id, int(count)])
-    return np.sort(rng.choice(np.asarray(candidates, dtype=np.int64), int(count), replace=False))
 
 
 @dataclass

@@ -125,6 +125,13 @@ def read_site_aligned(
     return states
 
 
+def read_row_positions(states_dir: str | os.PathLike) -> np.ndarray:
+    """The token position of every stored row of a states folder (its layer 0 file's
+    `position` column, rows in the order of every site)."""
+    path = layer_file(states_dir, 0)
+    return read_table(path, columns=["position"]).column("position").to_numpy()
+
+
 def read_states(
     states_dir: str | os.PathLike, layer: int, dtype: type = np.float64
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -87,6 +87,39 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
     return checked
 
 
+ROWS_PER_COEFFICIENT = 4  # below this, a full d × d least-squares map overfits (docs/method.md)
+
+
+def rows_note(config: dict[str, Any], widths: dict[str, int | None]) -> str | None:
+    """A planning-time warning, one line per model, for closed-form fits that get fewer than
+    ROWS_PER_COEFFICIENT training rows per coefficient (sizes.train × positions_per_sentence /
+    the model's width; `widths`: model -> width, None where not known before the model is
+    cached), naming the keys and the sizes that reach it. None with positions_per_sentence
+    `all`: the rows are known only once the sentences are tokenised, and the fit's own warning
+    (jtc.shortcuts.underdetermined) then gives them exactly, with the rank of each fit."""
+    positions = config["positions_per_sentence"]
+    if not isinstance(positions, int):
+        return None
+    train = config["sizes"]["train"]
+    rows = train * positions
+    lines = []
+    for name, width in widths.items():
+        if not width or rows >= ROWS_PER_COEFFICIENT * width:
+            continue
+        needed = ROWS_PER_COEFFICIENT * width
+        lines.append(
+            f"jtc: model '{name}' (width {width}): the closed-form fits get {rows:,} training "
+            f"rows (sizes.train {train} × positions_per_sentence {positions}), "
+            f"{rows / width:.1f} per coefficient, below {ROWS_PER_COEFFICIENT}: their held-out "
+            f"r² will measure overfitting more than the model. {ROWS_PER_COEFFICIENT} per "
+            f"coefficient ({needed:,} rows) takes sizes.train {-(-needed // positions)} at "
+            f"positions_per_sentence {positions}, or positions_per_sentence "
+            f"{-(-needed // train)} at sizes.train {train} (a sentence gives at most its "
+            "tokens), or positions_per_sentence: all (every token)"
+        )
+    return "\n".join(lines) or None
+
+
 def prune_problem(
     name: str, spec: dict[str, Any], layers: int | None, pruning: dict[str, Any]
 ) -> str | None:

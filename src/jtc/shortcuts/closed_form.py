@@ -2,7 +2,8 @@
 rank-r truncation in the metric of the source states, reduced-rank regression ("rrr": the
 optimum of NJTC's objective, also the warm start of the trained methods in jtc.shortcuts.train).
 
-One factorisation of the float64 Gram matrix X^T X per source layer serves every target layer.
+One factorisation of the float64 Gram matrix X^T X per source layer serves every target layer;
+the same Gram matrix gives the source rows' numerical rank (gram_rank), which every fit reports.
 On a GPU the same float64 computation runs through torch (TorchSourceSolver); the CPU path uses
 numpy and scipy and imports no torch.
 Maps follow torch.nn.Linear's convention: weight has shape (d_out, d_in), pred = h @ weight.T;
@@ -12,6 +13,7 @@ pred = (h @ down.T) @ up.T; they are stored by jtc.shortcuts.maps.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -27,12 +29,31 @@ MAX_CONDITION = 1e12  # above this (estimated) condition number of X^T X, use th
 RHS_BYTES = 64 << 20  # targets solved together: at most this much float64 right-hand side
 
 
+def gram_rank(eigenvalues: np.ndarray) -> int:
+    """The numerical rank of a float64 Gram matrix X^T X (d × d) from its eigenvalues: those
+    above λ_max · d · eps (numpy.linalg.matrix_rank's default tolerance, applied to X^T X).
+    Repeated rows (a token's embedding at layer 0, read once per occurrence) add rows but no
+    rank: a fit whose rank is below d is underdetermined whatever its row count."""
+    eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
+    top = float(eigenvalues.max(initial=0.0))
+    if not np.isfinite(top) or top <= 0:
+        return 0
+    return int((eigenvalues > top * len(eigenvalues) * np.finfo(np.float64).eps).sum())
+
+
+def _eigenvalues(gram: np.ndarray) -> np.ndarray:
+    if not np.isfinite(gram).all():
+        return np.zeros(len(gram))
+    return scipy.linalg.eigvalsh(gram, check_finite=False)
+
+
 class SourceSolver:
     """Solves min_W ||X W - Y||² for many Y with one factorisation of X.
 
     It forms the projection P = (X^T X)^-1 X^T (d × n) once, through a Cholesky factorisation of
     the float64 Gram matrix, or P = pinv(X) (the minimum-norm solution) when X^T X is singular
-    or ill-conditioned; every target is then one matrix product W = P Y."""
+    or ill-conditioned; every target is then one matrix product W = P Y. `rank`: the Gram
+    matrix's numerical rank (gram_rank)."""
 
     def __init__(self, x: np.ndarray):
         self.x = np.asarray(x, dtype=np.float64)
@@ -50,6 +71,11 @@ class SourceSolver:
             )
         else:
             self.projection = scipy.linalg.cho_solve(self.factor, self.x.T, check_finite=False)
+
+    @functools.cached_property
+    def rank(self) -> int:
+        """The Gram matrix's numerical rank (gram_rank), computed when first asked for."""
+        return gram_rank(_eigenvalues(self.gram))
 
     def solve(self, y: np.ndarray) -> np.ndarray:
         """W of shape (d_in, d_out) with X W ≈ Y; Y may stack several targets side by side."""
@@ -101,6 +127,15 @@ class TorchSourceSolver:
             eps = torch.finfo(torch.float64).eps
             self.projection = torch.linalg.pinv(self.x, rtol=max(self.x.shape) * eps)
 
+    @functools.cached_property
+    def rank(self) -> int:
+        """The Gram matrix's numerical rank (gram_rank), from its eigenvalues on the device."""
+        import torch
+
+        if not bool(torch.isfinite(self.gram).all()):
+            return 0
+        return gram_rank(torch.linalg.eigvalsh(self.gram).cpu().numpy())
+
     def solve_transposed_on_device(self, y: np.ndarray) -> torch.Tensor:
         """W^T (d_out, d_in) in float64 on the device."""
         return float64_on(self.device, y).T @ self.projection.T
@@ -118,17 +153,19 @@ def fit_source(
     x: np.ndarray,
     targets: Iterable[tuple[int, np.ndarray]],
     device: torch.device | None = None,
-) -> tuple[dict[int, np.ndarray], str]:
-    """Weights (d_out, d_in) for each target layer, and the solver used; on `device` (a GPU)
+) -> tuple[dict[int, np.ndarray], str, int]:
+    """Weights (d_out, d_in) for each target layer, the solver used and the numerical rank of
+    the source rows' Gram matrix (gram_rank); on `device` (a GPU)
     when given (weights computed in float64, returned in float32), else on the CPU (float64).
 
     Targets are copied side by side into one float64 buffer (at most RHS_BYTES) and solved with
     one matrix product per buffer: full BLAS speed, bounded memory."""
     if device is not None:  # each target straight to the device: no float64 copy on the CPU
         solver = TorchSourceSolver(x, device)
-        return {layer: solver.solve_transposed(y) for layer, y in targets}, solver.method
+        maps = {layer: solver.solve_transposed(y) for layer, y in targets}
+        return maps, solver.method, solver.rank
     solver = SourceSolver(x)
-    return dict(_solved(solver, targets)), solver.method
+    return dict(_solved(solver, targets)), solver.method, solver.rank
 
 
 def _solved(
@@ -220,13 +257,13 @@ def fit_source_reduced_rank(
     targets: Iterable[tuple[int, np.ndarray]],
     rank: int,
     device: str | torch.device | None = "cpu",
-) -> tuple[dict[int, dict[str, np.ndarray]], str]:
+) -> tuple[dict[int, dict[str, np.ndarray]], str, int]:
     """rrr: the rank-`rank` reduced-rank regression map into each target layer, as low-rank parts
     {"down.weight": (r, d_in), "up.weight": (d_out, r)} in float32 (computed in float64), and
-    the least-squares solver used; one factorisation of X^T X serves every target, as in
-    fit_source. On a GPU for device "cuda" (or any torch.device: the torch path), else on the
-    CPU with numpy and scipy. The rank is at most d_out (a larger one is the full least-squares
-    map: W itself)."""
+    the least-squares solver used and the Gram matrix's rank (gram_rank); one factorisation of
+    X^T X serves every target, as in fit_source. On a GPU for device "cuda" (or any
+    torch.device: the torch path), else on the CPU with numpy and scipy. The rank is at most
+    d_out (a larger one is the full least-squares map: W itself)."""
     _check_rank(rank)
     dev = _torch_device(device)
     maps: dict[int, dict[str, np.ndarray]] = {}
@@ -241,7 +278,7 @@ def fit_source_reduced_rank(
                 "down.weight": down.to(torch.float32).cpu().numpy(),
                 "up.weight": up.to(torch.float32).cpu().numpy(),
             }
-        return maps, solver.method
+        return maps, solver.method, solver.rank
     solver = SourceSolver(x)
     for layer, w_t in _solved(solver, targets):
         down, up = reduced_rank_parts(w_t, solver.gram, rank)
@@ -249,7 +286,7 @@ def fit_source_reduced_rank(
             "down.weight": down.astype(np.float32),
             "up.weight": up.astype(np.float32),
         }
-    return maps, solver.method
+    return maps, solver.method, solver.rank
 
 
 def _float64_numpy(tensors) -> tuple[np.ndarray, ...]:

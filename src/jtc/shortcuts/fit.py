@@ -95,20 +95,30 @@ def fit_methods(
     """fit_method for every method of `outs` (method -> its map file), in that order, on the same
     training states (jtc.data.states.LayerStates, each row's sentence in `sentence_ids`);
     `params`: method -> its rule param (jtc.shortcuts.methods.settings_param), made its
-    settings object here."""
+    settings object here. The closed-form methods read every stored row; a trained method the
+    rows its `positions` setting draws from them (jtc.data.positions.training_rows_for, keyed
+    by `seed`)."""
+    from jtc.data.positions import training_rows_for
     from jtc.shortcuts.methods import settings_of
 
     for method, out in outs.items():
+        settings = settings_of(method, params[method])
+        positions = getattr(settings, "positions", "all")  # trained methods only
+        rows = training_rows_for(states, positions, seed)
+        if rows is not states:
+            log.info(
+                "%s: %s stored rows of each sentence, %d rows", method, positions, len(rows[0])
+            )
         fit_method(
             method,
-            states,
+            rows,
             out,
-            settings=settings_of(method, params[method]),
+            settings=settings,
             seed=seed,
             threads=threads,
             model=model,
             corpus=corpus,
-            groups=states.sentence_ids,
+            groups=rows.sentence_ids,
         )
 
 
@@ -121,17 +131,20 @@ def _closed_form(
     threads: int,
 ) -> None:
     """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
-    in the metric of the source states, into the layers NJTC fits."""
+    in the metric of the source states, into the layers NJTC fits. The numerical rank of each
+    source layer's Gram matrix goes into the file's metadata (GRAM_RANKS), warned below the
+    width."""
     from threadpoolctl import threadpool_limits
 
     from jtc.devices import linalg_device
     from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
     from jtc.shortcuts.maps import MapWriter
     from jtc.shortcuts.methods import fitted_targets, rank_of
+    from jtc.shortcuts.underdetermined import GRAM_RANKS, TRAINING_ROWS, warn_if_rank_deficient
 
     last = len(states) - 1
     device = linalg_device()
-    solvers = {}
+    solvers, ranks = {}, {}
     targets_setting = "all" if settings is None else settings.targets  # mat: every pair
     if settings is not None:  # rrr
         meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings.targets)
@@ -140,14 +153,18 @@ def _closed_form(
             targets = fitted_targets(method, targets_setting, source, last)
             pairs = ((t, states[t]) for t in targets)
             if method == "rrr":
-                fitted, solver = fit_source_reduced_rank(
+                fitted, solver, rank = fit_source_reduced_rank(
                     states[source], pairs, meta["rank"], device
                 )
             else:
-                fitted, solver = fit_source(states[source], pairs, device)
+                fitted, solver, rank = fit_source(states[source], pairs, device)
             maps.add(source, fitted)
-            solvers[source] = solver
+            solvers[source], ranks[source] = solver, rank
         maps.metadata["solvers"] = solvers
+        maps.metadata[GRAM_RANKS] = ranks
+    labelled = {f"layer {source}": rank for source, rank in ranks.items()}
+    width, rows = states[0].shape[1], meta[TRAINING_ROWS]
+    warn_if_rank_deficient(meta["model"], meta["corpus"], method, labelled, width, rows)
 
 
 def _trained(

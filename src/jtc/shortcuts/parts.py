@@ -69,23 +69,25 @@ def fit_parts(
     train_dir: str | Path,
     blocks: Sequence[int] | None = None,
     device: torch.device | None = None,
-) -> tuple[dict[tuple[int, str], np.ndarray], dict]:
+) -> tuple[dict[tuple[int, str], np.ndarray], dict, dict]:
     """The no-intercept least-squares weight (d_out, d_in) of every part of `blocks` (default
-    all, 1..L), and the solver used for each, from the recorded training inputs and outputs
-    (on `device`, a GPU, when given)."""
+    all, 1..L), the solver used for each and its Gram matrix's numerical rank
+    (jtc.shortcuts.closed_form.gram_rank; both keyed "block.part"), from the recorded training
+    inputs and outputs (on `device`, a GPU, when given)."""
     if blocks is None:
         blocks = range(1, read_json(Path(train_dir) / "info.json")["num_layers"] + 1)
     parts = recorded_parts(train_dir)
     weights: dict[tuple[int, str], np.ndarray] = {}
     solvers: dict[str, str] = {}
+    ranks: dict[str, int] = {}
     for block in blocks:
         for part in parts:
             ids, x = read_site(part_file(train_dir, block, part, "in"))
             y = read_site_aligned(part_file(train_dir, block, part, "out"), ids, np.float32)
-            fitted, solver = fit_source(x, [(0, y)], device)
+            fitted, solver, rank = fit_source(x, [(0, y)], device)
             weights[(block, part)] = fitted[0]
-            solvers[f"{block}.{part}"] = solver
-    return weights, solvers
+            solvers[f"{block}.{part}"], ranks[f"{block}.{part}"] = solver, rank
+    return weights, solvers, ranks
 
 
 def fit_part_maps(
@@ -100,10 +102,16 @@ def fit_part_maps(
     """The maps of every part of every block (fit_parts) fitted from the recorded training
     inputs and outputs and written to the part map file `out` a block at a time (on `device`,
     a GPU, when given, else numpy limited to `threads`), with the rows they were fitted on.
-    Warns (logger "jtc") for the parts fitted on fewer rows than their input width."""
+    Warns (logger "jtc") for the parts fitted on fewer rows than their input width, and for
+    those whose inputs' Gram matrix has a rank below it."""
     from threadpoolctl import threadpool_limits
 
-    from jtc.shortcuts.underdetermined import TRAINING_ROWS, warn_underdetermined_parts
+    from jtc.shortcuts.underdetermined import (
+        GRAM_RANKS,
+        TRAINING_ROWS,
+        warn_rank_deficient_parts,
+        warn_underdetermined_parts,
+    )
 
     info = read_json(Path(train_dir) / "info.json")
     sentences = info["sentences"]
@@ -115,17 +123,22 @@ def fit_part_maps(
         "n_train": sentences,
         TRAINING_ROWS: rows,
     }
-    solvers = {}
+    solvers, ranks = {}, {}
     widths: dict[str, int] = {}  # part -> its input width (the widest over the blocks)
+    input_widths: dict[str, int] = {}  # "block.part" -> its input width
     with PartMapWriter(out, meta) as maps, threadpool_limits(threads):
         for block in range(1, info["num_layers"] + 1):
-            weights, block_solvers = fit_parts(train_dir, [block], device)
+            weights, block_solvers, block_ranks = fit_parts(train_dir, [block], device)
             maps.add(block, {part: weight for (_, part), weight in weights.items()})
             solvers.update(block_solvers)
+            ranks.update(block_ranks)
             for (_, part), weight in weights.items():
                 widths[part] = max(widths.get(part, 0), weight.shape[1])
+                input_widths[f"{block}.{part}"] = weight.shape[1]
         maps.metadata["solvers"] = solvers
+        maps.metadata[GRAM_RANKS] = ranks
     warn_underdetermined_parts(model, corpus, rows, widths)
+    warn_rank_deficient_parts(model, corpus, rows, ranks, input_widths)
 
 
 def part_r2_table(

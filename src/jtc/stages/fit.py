@@ -44,14 +44,16 @@ def train_map(
 ) -> None:
     """A method trained through the cached model's decoder head (the tuned lens,
     jtc.shortcuts.lens): its maps from every source layer into the last, on a GPU if the job
-    has one."""
+    has one; on the stored training rows its `positions` setting draws (keyed by `seed`)."""
+    from jtc.data.positions import training_rows_for
     from jtc.data.states import LayerStates
     from jtc.logs import ready
     from jtc.model.head import load_decoder_head
     from jtc.settings import TrainSettings
     from jtc.shortcuts.lens import fit_tuned_lens
 
-    states = LayerStates(train_dir)
+    trained = TrainSettings.of(settings)
+    states = training_rows_for(LayerStates(train_dir), trained.positions, seed)
     head = load_decoder_head(model_dir, model, threads)
     ready()
     fit_tuned_lens(
@@ -59,7 +61,7 @@ def train_map(
         states,
         out,
         head,
-        settings=TrainSettings.of(settings),
+        settings=trained,
         seed=seed,
         threads=threads,
         model=model,
