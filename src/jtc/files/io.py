@@ -222,3 +222,15 @@ def write_tables(tables: Mapping[str, pa.Table], paths: Mapping[str, str | os.Pa
     order of `paths`."""
     for name, path in paths.items():
         write_table(tables[name], path)
+
+
+def write_or_check(path: Path, text: str, check: bool, stale: str) -> int:
+    """A generated file's command-line end: with `check`, 1 (printing `stale`) if `path` holds
+    other text than `text`, else 0; without, write `text` to `path` and return 0."""
+    if check:
+        if text != path.read_text():
+            print(stale)
+            return 1
+        return 0
+    path.write_text(text)
+    return 0

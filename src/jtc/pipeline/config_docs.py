@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from jtc.files.io import write_or_check
 from jtc.pipeline.config import load_schema
 from jtc.pipeline.reruns import Reruns, node_of, reruns
 from jtc.settings import resolved
@@ -245,14 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the README differs")
     args = parser.parse_args(argv)
-    text = generated()
-    if args.check:
-        if text != README.read_text():
-            print(f"{README} differs from the schema's tables: python -m jtc.pipeline.config_docs")
-            return 1
-        return 0
-    README.write_text(text)
-    return 0
+    stale = f"{README} differs from the schema's tables: python -m jtc.pipeline.config_docs"
+    return write_or_check(README, generated(), args.check, stale)
 
 
 if __name__ == "__main__":

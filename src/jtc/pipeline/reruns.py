@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from jtc.files.io import write_or_check
 from jtc.pipeline.rule_reads import WORKFLOW, Rule, params_read, read_workflow
 
 ROOT = WORKFLOW.parent
@@ -224,14 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help=f"exit 1 if {JOB_GRAPH.name} differs")
     args = parser.parse_args(argv)
-    text = graph_text(default_job_graph())
-    if args.check:
-        if text != JOB_GRAPH.read_text():
-            print(f"{JOB_GRAPH} is not Snakemake's job graph: python -m jtc.pipeline.reruns")
-            return 1
-        return 0
-    JOB_GRAPH.write_text(text)
-    return 0
+    stale = f"{JOB_GRAPH} is not Snakemake's job graph: python -m jtc.pipeline.reruns"
+    return write_or_check(JOB_GRAPH, graph_text(default_job_graph()), args.check, stale)
 
 
 if __name__ == "__main__":

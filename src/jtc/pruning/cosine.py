@@ -211,7 +211,7 @@ def fit_cosine_span(
     loss, distance = span_losses(x, r, y, torch.from_numpy(t))
     fit = SpanFit(VARIANT, start, length, {"weight": t.T.copy()}, "adam", loss, distance)
     measured = SpanFit(
-        "replaceme", start, length, least.tensors, least.solver, ls_loss, ls_distance
+        least.variant, start, length, least.tensors, least.solver, ls_loss, ls_distance
     )
     return fit, measured
 
