@@ -1,10 +1,11 @@
 """Depth pruning's calibration, what calibrate_pruning computes: one pass over every token of the
-calibration sentences sums what every span needs (jtc.pruning.sums), every variant's map for
-every span is fitted from those sums and each selection rule chooses a span per length
-(jtc.pruning.fits)."""
+calibration text (windows of running text or sentences, jtc.pruning.windows) sums what every
+span needs (jtc.pruning.sums), every variant's map for every span is fitted from those sums
+and each selection rule chooses a span per length (jtc.pruning.fits)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +29,18 @@ from jtc.pruning.spans import (
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
 from jtc.pruning.variants import variant_of, with_map
+from jtc.pruning.windows import (
+    SENTENCES_KEY,
+    WINDOWS_KEY,
+    calibration_problem,
+    calibration_windows,
+    size_label,
+)
 from jtc.settings import CalibrationSettings
 from jtc.shortcuts.methods import default_rank
 
 log = logging.getLogger(__name__)
-CALIBRATION_KEY = "pruning.calibration_sentences"
+CALIBRATION_KEY = SENTENCES_KEY
 # the modules the variants' fits live in (jtc.pruning.variants names each fit "module:function");
 # imported here, so that the code tracker (jtc.pipeline.tracking) counts them as the calibration's
 FIT_MODULES = {m.__name__: m for m in (fits, cosine)}
@@ -55,6 +63,39 @@ def fit_span(
     if start < record.first_start:
         raise ValueError(f"{variant} needs start >= 1: block 0 (the embeddings) has no MLP")
     return fit_function(variant)(grams, start, length, rank, ridge)
+
+
+def calibration_inputs(
+    tokenizer,
+    info: dict,
+    sentences: pa.Table,
+    settings: CalibrationSettings,
+    held_out: int | None,
+    *,
+    corpus: str,
+    max_tokens: int,
+) -> tuple[list, str]:
+    """(inputs, size): the token ids calibration reads, every token of each, and their size in
+    words: the windows of running text (held_out: jtc.pruning.windows.held_out_sentences), or
+    the first calibration_sentences training sentences (each truncated to max_tokens)."""
+    text = settings.calibration
+    if text.text == "sentences":
+        count = settings.calibration_sentences
+        inputs, _ = every_token(
+            tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+        )
+        tokens = sum(len(x) for x in inputs)
+        return inputs, f"{count} sentences, {tokens:,} tokens"
+    problem = calibration_problem(
+        info.get("name", "the model"), info.get("max_positions"), dataclasses.asdict(text)
+    )
+    if problem:
+        raise ValueError(problem)
+    if held_out is None:
+        raise ValueError(f"{WINDOWS_KEY}: the held-out sentences' count is needed (held_out)")
+    windows = calibration_windows(tokenizer, sentences, text, held_out, corpus)
+    size = size_label(text.windows, text.window_tokens)
+    return list(windows.windows), f"{size}, from {len(windows.documents)} documents"
 
 
 @dataclass(frozen=True)
@@ -81,11 +122,14 @@ def calibrate(
     batch_size: int,
     max_tokens: int,
     fingerprint: str,
+    held_out: int | None = None,
 ) -> Calibration:
     """Calibrate the model `net` (named `model`, its cached weights' `fingerprint`:
-    jtc.model.manifest.model_fingerprint) on every token of the first `calibration_sentences`
-    training sentences of the corpus table `sentences`. The maps file's metadata names the
-    model and its fingerprint, so that the export refuses the maps of another model."""
+    jtc.model.manifest.model_fingerprint) on every token of the calibration text of the corpus
+    table `sentences` (calibration_inputs; `held_out`: the validation sentences whose documents
+    the windows leave out, jtc.pruning.windows.held_out_sentences). The maps file's metadata
+    names the model and its fingerprint, so that the export refuses the maps of another
+    model."""
     adapter = adapter_of(info)
     num_layers, width = info["num_layers"], info["hidden_size"]
     lengths = resolved_lengths(settings.lengths, num_layers)
@@ -93,9 +137,10 @@ def calibrate(
     if problem:
         raise ValueError(problem)
     count = settings.calibration_sentences
-    inputs, _ = every_token(
-        tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+    inputs, size = calibration_inputs(
+        tokenizer, info, sentences, settings, held_out, corpus=corpus, max_tokens=max_tokens
     )
+    log.info("calibration text of %s on %s: %s", model, corpus, size)
     plan = StatisticsPlan.of(num_layers, lengths, settings.variants)
     log.info(
         "calibration sums: %d d × d float64 matrices, %.2f GB",
@@ -124,6 +169,7 @@ def calibrate(
             MODEL_FINGERPRINT: fingerprint,
             "corpus": corpus,
             "calibration_tokens": grams.tokens,
+            "calibration_text": size,
             "rank": rank,
             "ridge": settings.ridge,
             "skip_first_token": settings.skip_first_token,
@@ -209,6 +255,7 @@ def calibrate_spans(
     corpus: str,
     batch_size: int,
     max_tokens: int,
+    held_out: int | None = None,
 ) -> tuple[list[SpanFit], int]:
     """(fits, calibration tokens): what `calibrate` fits for the spans `chosen` (start, length)
     alone, every variant of `settings` for each span (the same maps and losses, bit for bit),
@@ -228,10 +275,9 @@ def calibrate_spans(
         if missing:
             i, n = min(missing)
             raise ValueError(f"{variant} has no span of start {i}, length {n} of {num_layers}")
-    inputs, _ = every_token(
-        tokenizer, info, sentences, "train", settings.calibration_sentences, corpus, max_tokens,
-        CALIBRATION_KEY,
-    )  # fmt: skip
+    inputs, _ = calibration_inputs(
+        tokenizer, info, sentences, settings, held_out, corpus=corpus, max_tokens=max_tokens
+    )
     every = StatisticsPlan.of(num_layers, lengths, settings.variants)
     pairs, starts = {(i, i + n) for i, n in wanted}, {i for i, _ in wanted}
     plan = StatisticsPlan(
