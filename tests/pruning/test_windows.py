@@ -76,14 +76,9 @@ def test_windows_join_training_documents_in_seeded_order_without_held_out_ones()
 
 
 def test_the_held_out_sentences_are_the_runs_and_prompts_and_none_for_sentences():
-    pruning = {
-        "calibration": {"text": "windows"},
-        "evaluation_sentences": 3,
-        "selected_sentences": 24,
-        "generation": {"prompts": 16},
-    }
-    assert held_out_sentences(pruning) == 40
-    assert held_out_sentences({**pruning, "calibration": {"text": "sentences"}}) is None
+    assert held_out_sentences("windows", 3, 24, 16) == 40
+    assert held_out_sentences("windows", 30, 24, 16) == 46
+    assert held_out_sentences("sentences", 3, 24, 16) is None
 
 
 def test_no_held_out_document_is_a_calibration_document():

@@ -36,7 +36,12 @@ rule calibrate_pruning:
         gpu_memory_percent=gpu_share("calibrate_pruning"),
     params:
         settings=CalibrationSettings.param(config),
-        held_out=held_out_sentences(config["pruning"]),
+        held_out=held_out_sentences(
+            config["pruning"]["calibration"]["text"],
+            config["pruning"]["evaluation_sentences"],
+            config["pruning"]["selected_sentences"],
+            config["pruning"]["generation"]["prompts"],
+        ),
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         device_map=device_map,

@@ -31,14 +31,16 @@ WINDOWS_KEY = "pruning.calibration.windows"
 WINDOW_TOKENS_KEY = "pruning.calibration.window_tokens"
 
 
-def held_out_sentences(pruning: Mapping[str, Any]) -> int | None:
+def held_out_sentences(
+    text: str, evaluation_sentences: int, selected_sentences: int, prompts: int
+) -> int | None:
     """The validation sentences the held-out measures read (config pruning: the evaluation and
     selected sentences, then the generation prompts after them), whose documents the
-    calibration windows leave out; None with text sentences (nothing is left out)."""
-    if pruning["calibration"]["text"] != "windows":
+    calibration windows leave out; None with `text` (pruning.calibration.text) sentences:
+    nothing is left out. The rules give each key on its own (jtc.pipeline.rule_reads)."""
+    if text != "windows":
         return None
-    runs = max(pruning["evaluation_sentences"], pruning["selected_sentences"])
-    return runs + pruning["generation"]["prompts"]
+    return max(evaluation_sentences, selected_sentences) + prompts
 
 
 def calibration_problem(
