@@ -136,7 +136,8 @@ def calibrate(
     problem = pruning_problem(model, adapter.task, adapter, num_layers, lengths, settings.variants)
     if problem:
         raise ValueError(problem)
-    count = settings.calibration_sentences
+    sentences_mode = settings.calibration.text == "sentences"
+    count = settings.calibration_sentences if sentences_mode else None
     inputs, size = calibration_inputs(
         tokenizer, info, sentences, settings, held_out, corpus=corpus, max_tokens=max_tokens
     )
@@ -208,23 +209,37 @@ def fit_spans(
 
 
 def underdetermined_message(
-    model: str, corpus: str, variants: list[str], tokens: int, width: int, sentences: int
+    model: str, corpus: str, variants: list[str], tokens: int, width: int, sentences: int | None
 ) -> str:
-    """The warning for depth pruning's maps fitted on fewer calibration tokens than the width."""
-    per_sentence = max(tokens / max(sentences, 1), 1.0)
+    """The warning for depth pruning's maps fitted on fewer calibration tokens than the width
+    (`sentences`: the calibration sentences, None for windows of running text)."""
+    if sentences is None:
+        fix = (
+            f"raise {WINDOWS_KEY} or window_tokens to well above {width} tokens in all "
+            "(windows x window_tokens)"
+        )
+    else:
+        per_sentence = max(tokens / max(sentences, 1), 1.0)
+        fix = (
+            f"raise pruning.calibration_sentences from {sentences} to well above {width} tokens "
+            f"(at least about {int(width / per_sentence) + 1} sentences of this corpus)"
+        )
     return (
         f"{model} on {corpus}: depth pruning's {', '.join(variants)} maps were fitted on "
         f"{tokens} calibration tokens, fewer than the width {width}: underdetermined, each "
         "reproduces the calibration tokens, so its calibration_loss is 0 up to rounding for "
         "every span and the `measured` rule cannot tell the spans apart (its ties are broken by "
-        "the angular distance), and the maps themselves are fitted to noise; raise "
-        f"pruning.calibration_sentences from {sentences} to well above {width} tokens (at "
-        f"least about {int(width / per_sentence) + 1} sentences of this corpus)"
+        f"the angular distance), and the maps themselves are fitted to noise; {fix}"
     )
 
 
 def calibration_warnings(
-    model: str, corpus: str, tokens: int, width: int, sentences: int, chosen: list[Selected]
+    model: str,
+    corpus: str,
+    tokens: int,
+    width: int,
+    sentences: int | None,
+    chosen: list[Selected],
 ) -> list[str]:
     """The calibration's warnings: maps fitted on fewer tokens than the width (one line), and
     every choice a tie decided (one line each, naming the tied spans)."""
