@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     todo = todo[:: args.every]
     run = {"corpus": "study", "batch_size": args.batch_size, "max_tokens": args.max_tokens}
     base = CalibrationSettings.defaults(
-        variants=["replaceme"], calibration_sentences=args.sentences
+        variants=["replaceme"],
+        calibration={"text": "sentences"},
+        calibration_sentences=args.sentences,
     )
     cpu = time.process_time()
     least, tokens = calibrate_spans(net, tokenizer, info, table, base, todo, **run)

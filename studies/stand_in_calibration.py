@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             for ridge in args.ridges:
                 settings = CalibrationSettings.defaults(
                     variants=args.variants,
+                    calibration={"text": "sentences"},
                     calibration_sentences=size,
                     ridge=ridge,
                     skip_first_token=bool(skip),

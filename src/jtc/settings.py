@@ -185,6 +185,32 @@ class CosineSettings(Settings):
 
 
 @dataclasses.dataclass(frozen=True)
+class CalibrationText(Settings):
+    """The text depth pruning calibrates on (config pruning.calibration, jtc.pruning.windows):
+    windows of running text, or the calibration sentences on their own."""
+
+    BLOCK: ClassVar[str] = "pruning"
+    SUB_BLOCK: ClassVar[str | None] = "calibration"
+
+    text: str
+    """"windows" (running text cut into windows) or "sentences" (calibration_sentences)."""
+    windows: int
+    """Windows of running text (text windows)."""
+    window_tokens: int
+    """Tokens per window (text windows)."""
+
+    @property
+    def tokens(self) -> int:
+        """The windows' tokens, windows x window_tokens."""
+        return self.windows * self.window_tokens
+
+
+def _calibration_text(value: Any) -> Any:
+    """A mapping as a CalibrationText (keys it lacks take the schema's defaults)."""
+    return CalibrationText.defaults(**value) if isinstance(value, Mapping) else value
+
+
+@dataclasses.dataclass(frozen=True)
 class CalibrationSettings(Settings):
     """Depth pruning's calibration (config pruning): the span maps, fitted on every token of the
     calibration sentences, and the statistics that choose a span."""
@@ -197,8 +223,10 @@ class CalibrationSettings(Settings):
     """What stands in for the removed blocks (jtc.pruning.variants.VARIANTS)."""
     rank: int | None
     """The low-rank stand-in's rank (low_rank: h_i + h_i B C); None: floor(d/100), NJTC's."""
+    calibration: CalibrationText
+    """The calibration text (config pruning.calibration); a mapping becomes a CalibrationText."""
     calibration_sentences: int
-    """Training sentences (the first of the split) whose every token is used."""
+    """Training sentences (the first of the split) whose every token is used (text sentences)."""
     ridge: float
     """Relative ridge α of the closed-form fits (mat, replaceme, low_rank): they solve
     (G + α·(tr(G)/d)·I) W = C; 0: plain least squares."""
@@ -211,6 +239,7 @@ class CalibrationSettings(Settings):
     def __post_init__(self) -> None:
         if isinstance(self.cosine, Mapping):
             object.__setattr__(self, "cosine", CosineSettings.defaults(**self.cosine))
+        object.__setattr__(self, "calibration", _calibration_text(self.calibration))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,8 +325,13 @@ class ContextMeasuredSettings(MeasuredSettings):
 
     BLOCK: ClassVar[str] = "pruning"
 
+    calibration: CalibrationText
+    """The calibration text (config pruning.calibration), whose documents the windows leave out."""
     calibration_sentences: int
-    """Training sentences (the first of the split) the maps were fitted on."""
+    """Training sentences (the first of the split) the maps were fitted on (text sentences)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calibration", _calibration_text(self.calibration))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Perplexity at a real context (jtc.measures.context) on a tiny random Llama: held-out
-documents share no sentence with calibration, windows are cut from the token stream without
-overlap, the full model against itself gives ratio 1 and agreement 1, and drop's cross entropy
-on a window equals a direct computation; bad settings are refused naming the key."""
+documents share no document with calibration (its sentences, or its windows of running text),
+windows are cut from the token stream without overlap, the full model against itself gives
+ratio 1 and agreement 1, and drop's cross entropy on a window equals a direct computation; bad
+settings are refused naming the key."""
 
 import logging
 
@@ -21,6 +22,11 @@ from jtc.measures.context import (
     token_stream,
 )
 from jtc.pruning.pruned import pruned_copy
+from jtc.pruning.windows import calibration_documents, calibration_windows
+from jtc.settings import CalibrationText
+
+SENTENCE_MODE = CalibrationText.defaults(text="sentences")
+WINDOW_MODE = CalibrationText(text="windows", windows=2, window_tokens=10)
 
 
 def corpus(documents: int = 12, per_document: int = 4) -> pa.Table:
@@ -57,7 +63,8 @@ def selection(*lengths) -> pa.Table:
 def test_held_out_documents_share_no_sentence_with_calibration():
     table = corpus()
     calibration = select_split(table, "train", 10, "test")
-    held = held_out_documents(table, 10, "test")
+    used = calibration_documents(TOKENIZER, table, SENTENCE_MODE, 10, None, "test")
+    held = held_out_documents(table, used)
     used = set(calibration.column("document").to_pylist())
     kept = [d for d in dict.fromkeys(table.column("document").to_pylist()) if d not in used]
     assert 0 < len(held) == len(kept)
@@ -68,6 +75,19 @@ def test_held_out_documents_share_no_sentence_with_calibration():
         assert not {r["sentence_id"] for r in mine} & set(
             calibration.column("sentence_id").to_pylist()
         )
+
+
+def test_held_out_documents_share_none_with_the_calibration_windows():
+    table = corpus()
+    used = calibration_documents(TOKENIZER, table, WINDOW_MODE, 0, 2, "test")
+    windows = calibration_windows(TOKENIZER, table, WINDOW_MODE, 2, "test")
+    assert used == set(windows.documents) and used
+    held = held_out_documents(table, used)
+    texts = {}
+    for r in sorted(table.to_pylist(), key=lambda r: r["sentence_id"]):
+        texts.setdefault(r["document"], []).append(r["text"])
+    kept = [" ".join(t) for d, t in texts.items() if d not in used]
+    assert held == kept and len(held) == len(texts) - len(used)
 
 
 def test_windows_do_not_overlap_and_stop_at_the_stream():
@@ -107,7 +127,8 @@ def test_a_length_beyond_the_models_positions_is_left_out_for_that_model_alone(c
         got = context_perplexity(
             model, TOKENIZER, info, corpus(), selection(2), "unused.safetensors",
             contexts=[8, 2048], windows=2, rule="measured", variants=["drop"],
-            calibration_sentences=10, corpus="test", model_name="tiny", batch_size=2,
+            calibration=SENTENCE_MODE, calibration_sentences=10, held_out=None, corpus="test",
+            model_name="tiny", batch_size=2,
         ).to_pylist()  # fmt: skip
     assert {r["context"] for r in got} == {8} and len(got) == 4
     assert "pruning.context.lengths [2048] left out" in caplog.text
@@ -119,7 +140,8 @@ def test_full_against_itself_and_drop_against_a_direct_computation():
     got = context_perplexity(
         model, TOKENIZER, info, corpus(), selection(2), "unused.safetensors",
         contexts=[8], windows=3, rule="measured", variants=["drop"],
-        calibration_sentences=10, corpus="test", model_name="tiny", batch_size=2,
+        calibration=SENTENCE_MODE, calibration_sentences=10, held_out=None, corpus="test",
+        model_name="tiny", batch_size=2,
     ).to_pylist()  # fmt: skip
     full = [r for r in got if r["variant"] == "full"]
     drop = [r for r in got if r["variant"] == "drop"]
@@ -127,7 +149,13 @@ def test_full_against_itself_and_drop_against_a_direct_computation():
     for r in full:
         assert r["cross_entropy"] == pytest.approx(r["cross_entropy_full"])
         assert r["agreement"] == r["tokens"] == 7
-    stream = token_stream(TOKENIZER, held_out_documents(corpus(), 10, "test"), 24)
+    stream = token_stream(
+        TOKENIZER,
+        held_out_documents(
+            corpus(), calibration_documents(TOKENIZER, corpus(), SENTENCE_MODE, 10, None, "test")
+        ),
+        24,
+    )
     windows = torch.as_tensor(cut_windows(stream, 8, 3))
     pruned = pruned_copy(model, adapter, "drop", 1, 2, None)
     with torch.no_grad():
@@ -149,5 +177,9 @@ def test_planning_refuses_a_context_beyond_the_models_positions():
 
     pruning = validate_config(BASE)["pruning"]
     assert measures_problem("tiny", 8192, pruning) is None
-    problem = measures_problem("tiny", 256, pruning)
+    short = {**pruning, "calibration": {**pruning["calibration"], "window_tokens": 128}}
+    problem = measures_problem("tiny", 256, short)
     assert "pruning.context.lengths" in problem and "256 positions" in problem
+    # and a calibration window beyond the model's positions, by its own key
+    problem = measures_problem("tiny", 256, pruning)
+    assert "pruning.calibration.window_tokens' is 512" in problem and "256 positions" in problem

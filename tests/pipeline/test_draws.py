@@ -21,6 +21,7 @@ def config(**pruning):
         "pruning": {
             "models": ["lm"],
             "corpora": [],
+            "calibration": {"text": "sentences"},
             "calibration_sentences": 20,
             "evaluation_sentences": 4,
             "selected_sentences": 6,
@@ -39,6 +40,12 @@ def test_each_rule_draws_with_its_own_key():
     (prompts,) = split_draws(config(), ["generation_fidelity"])
     assert (prompts.split, prompts.after, prompts.needed) == ("validation", 6, 9)
     assert keys(["r2_table"]) == []
+    # windows of running text are sized in tokens: calibrate_pruning checks them, no draw
+    windows = lambda rules: [  # noqa: E731
+        d.key for d in split_draws(config(calibration={"text": "windows"}), rules)
+    ]
+    assert windows(["calibrate_pruning", "context_perplexity"]) == []
+    assert windows(["run_pruned"]) == keys(["run_pruned"])
 
 
 def test_too_few_sentences_name_the_pruning_key_the_numbers_and_the_fix():

@@ -208,6 +208,10 @@ def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     pruning = {"lengths": [2], "variants": ["drop", "mat"], "export_variant": "drop"}
     sentences = {"calibration_sentences": 7, "evaluation_sentences": 5}
+    windows = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
+    calibration = stage_shape("calibrate_pruning", windows, "m", "train")
+    assert (calibration.rows, calibration.tokens) == (8, 512) and calibration.matrices > 0
+    sentences["calibration"] = {"text": "sentences"}
     config = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
     calibration = stage_shape("calibrate_pruning", config, "m", "train")
     assert calibration.rows == 7 and calibration.matrices > 0

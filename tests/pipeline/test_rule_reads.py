@@ -102,6 +102,11 @@ def test_the_measures_read_the_stand_ins_and_the_selection_rule_not_the_export()
         "pruning.benchmarks.limit",
     }
     assert pruning["context_perplexity"] == measured | {
+        "pruning.calibration",
+        "pruning.calibration.text",  # the held-out sentences (jtc.pruning.windows), windows only
+        "pruning.evaluation_sentences",
+        "pruning.selected_sentences",
+        "pruning.generation.prompts",
         "pruning.calibration_sentences",
         "pruning.context.lengths",
         "pruning.context.windows",

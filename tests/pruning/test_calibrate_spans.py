@@ -35,6 +35,7 @@ def settings(variants) -> CalibrationSettings:
     return CalibrationSettings.defaults(
         lengths=[2],
         variants=variants,
+        calibration={"text": "sentences"},
         calibration_sentences=12,
         ridge=1e-3,
         cosine={"epochs": 2, "learning_rate": 1e-3, "batch_tokens": 32},

@@ -125,6 +125,7 @@ def test_calibration_maps_pruned_copy_and_export(tmp_path):
     settings = CalibrationSettings.defaults(
         lengths=[2],
         variants=["drop", "replaceme", VARIANT],
+        calibration={"text": "sentences"},
         calibration_sentences=16,
         cosine={"epochs": 3, "learning_rate": 1e-3, "batch_tokens": 32},
     )

@@ -67,6 +67,8 @@ def test_underdetermined_measured_ties_are_recorded_and_broken_by_the_angle(tiny
     lines = calibration_warnings("tiny", "news", grams.tokens, WIDTH, 2, chosen)
     assert f"{grams.tokens} calibration tokens, fewer than the width {WIDTH}" in lines[0]
     assert "raise pruning.calibration_sentences from 2" in lines[0]
+    windows = calibration_warnings("tiny", "news", grams.tokens, WIDTH, None, chosen)[0]
+    assert "raise pruning.calibration.windows or window_tokens to well above" in windows
     assert any("measured ties for mat at length 2" in line for line in lines[1:])
 
 

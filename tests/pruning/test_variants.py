@@ -32,7 +32,7 @@ from jtc.pruning.variants import (
     registry,
     variant_of,
 )
-from jtc.settings import SCHEMA, CalibrationSettings, CosineSettings
+from jtc.settings import SCHEMA, CalibrationSettings, CalibrationText, CosineSettings
 from jtc.shortcuts.maps import ShortcutMap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +143,7 @@ def fits_of(record: Variant, calibrated) -> list[SpanFit]:
         lengths=tuple(LENGTHS),
         variants=(record.name,),
         rank=None,
+        calibration=CalibrationText.defaults(text="sentences"),
         calibration_sentences=len(inputs),
         ridge=0.0,
         skip_first_token=False,

@@ -29,6 +29,7 @@ def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path)
     config = read_config(tiny_run)
     config["pruning"] = {
         "models": ["gpt"],
+        "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
         "calibration_sentences": 20,
         "evaluation_sentences": 6,
         "selected_sentences": 8,
@@ -56,6 +57,10 @@ def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path)
         assert 0 <= r["top1_agreement"] <= 1 and r["kl"] >= 0
     selected = pq.read_table(metrics / "pruning_selected.parquet").to_pylist()
     assert {r["sentences"] for r in selected} == {8}  # the selected sentences
+    # calibrated on every token of 4 windows of 16 tokens of running text
+    assert {r["calibration_tokens"] for r in spans} == {4 * 16}
+    log = (tmp_path / "logs/calibrate_pruning/gpt/mini.log").read_text()
+    assert "calibration text of gpt on mini: 4 windows × 16 tokens = 64 tokens, from " in log
     context = pq.read_table(metrics / "pruning_context.parquet").to_pylist()
     assert context[0]["variant"] == "full" and context[0]["perplexity_ratio"] == 1.0
     assert {r["context"] for r in context} == {16} and len(context) > 1

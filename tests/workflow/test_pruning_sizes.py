@@ -12,6 +12,7 @@ pytestmark = pytest.mark.workflow
 
 PRUNING = {
     "models": ["gpt"],
+    "calibration": {"text": "sentences"},
     "calibration_sentences": 20,
     "evaluation_sentences": 4,
     "selected_sentences": 8,
@@ -73,3 +74,25 @@ def test_too_many_pruning_sentences_are_refused_before_they_are_drawn(work, tiny
     asked = f"config key 'pruning.evaluation_sentences': {validation + 1} validation sentences"
     assert asked in proc.stderr
     assert not (fresh / "results/pruning").exists()  # nothing drew them
+
+
+def test_calibration_windows_beyond_the_model_or_the_text_are_refused_naming_the_key(
+    work, tiny_project
+):
+    # longer than the tiny GPT-2's 64 positions: refused while planning (its config.json)
+    configure(work, tiny_project, calibration={"windows": 2, "window_tokens": 65})
+    proc = run_snakemake(work, "all", "-n", check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'pruning.calibration.window_tokens' is 65 tokens, more than model 'gpt'" in (
+        output
+    )
+    # more running text than the training documents outside the held-out ones give: refused
+    # by calibrate_pruning, before any forward pass, saying how many windows fit
+    configure(work, tiny_project, calibration={"windows": 100_000, "window_tokens": 64})
+    proc = run_snakemake(work, "results/pruning/gpt/mini/maps.safetensors", check=False)
+    assert proc.returncode != 0
+    log = (work / "logs/calibrate_pruning/gpt/mini.log").read_text()
+    assert "config key 'pruning.calibration.windows': 100000 windows × 64 tokens" in log
+    fit = int(log.split("lower pruning.calibration.windows to at most ")[1].split(" ")[0])
+    assert 0 < fit < 100_000

@@ -284,6 +284,7 @@ def test_compute_settings_rerun_what_they_change(tiny_run, tmp_path):
 # the pruning block of the finished run the keys are changed in (GPT-2: 2 blocks, length 1)
 PRUNING = {
     "models": ["gpt"],
+    "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
     "calibration_sentences": 20,
     "evaluation_sentences": 6,
     "selected_sentences": 8,
@@ -302,8 +303,13 @@ CHANGES = {
     "rank": (1, True),
     "ridge": (0.001, True),
     "skip_first_token": (True, True),
+    "calibration.text": ("sentences", True),
+    "calibration.windows": (3, True),
+    "calibration.window_tokens": (8, True),
     "calibration_sentences": (24, True),
-    "evaluation_sentences": (5, True),
+    # the held-out sentences, max(evaluation, selected) + prompts, change too: the calibration
+    # windows leave out their documents (jtc.pruning.windows)
+    "evaluation_sentences": (9, True),
     "selected_sentences": (7, True),
     "measures_in_all": (True, True),
     "export_length": (1, True),

@@ -12,6 +12,7 @@ from jtc.settings import (
     GenerationSettings,
     IntervalSettings,
 )
+from jtc.pruning.windows import held_out_sentences
 
 
 rule context_perplexity:
@@ -36,6 +37,12 @@ rule context_perplexity:
     params:
         settings=ContextSettings.param(config),
         measured=ContextMeasuredSettings.param(config),
+        held_out=held_out_sentences(
+            config["pruning"]["calibration"]["text"],
+            config["pruning"]["evaluation_sentences"],
+            config["pruning"]["selected_sentences"],
+            config["pruning"]["generation"]["prompts"],
+        ),
         batch_size=config["batch_size"],
         device_map=device_map,
         code=code_hash("context_perplexity"),

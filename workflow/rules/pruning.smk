@@ -1,7 +1,7 @@
 # Depth pruning with linear shortcuts (docs/method.md): remove n consecutive blocks and stand in
 # for them (the variants of jtc.pruning.variants). One calibrate_pruning
 # job per (model, corpus) sums what every span needs over every token of the calibration
-# sentences, fits every span's maps and chooses a span per length and selection rule; one
+# text (windows of running text, or sentences: jtc.pruning.windows), fits every span's maps and chooses a span per length and selection rule; one
 # run_pruned job runs every span on the evaluation sentences and the chosen spans on the selected sentences; `snakemake pruned`
 # writes the chosen pruned model as a Hugging Face folder (and checks each one it hands over).
 
@@ -12,6 +12,7 @@ from jtc.settings import (
     IntervalSettings,
     SpanRunSettings,
 )
+from jtc.pruning.windows import held_out_sentences
 
 
 rule calibrate_pruning:
@@ -35,6 +36,12 @@ rule calibrate_pruning:
         gpu_memory_percent=gpu_share("calibrate_pruning"),
     params:
         settings=CalibrationSettings.param(config),
+        held_out=held_out_sentences(
+            config["pruning"]["calibration"]["text"],
+            config["pruning"]["evaluation_sentences"],
+            config["pruning"]["selected_sentences"],
+            config["pruning"]["generation"]["prompts"],
+        ),
         batch_size=config["batch_size"],
         max_tokens=config["max_tokens"],
         device_map=device_map,

@@ -12,6 +12,7 @@ with job(snakemake):
         model=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
         settings=p.settings,
+        held_out=p.held_out,
         batch_size=p.batch_size,
         max_tokens=p.max_tokens,
         threads=snakemake.threads,

@@ -13,6 +13,7 @@ with job(snakemake):
         corpus=snakemake.wildcards.corpus,
         settings=p.settings,
         measured=p.measured,
+        held_out=p.held_out,
         batch_size=p.batch_size,
         threads=snakemake.threads,
         device_map=p.device_map,

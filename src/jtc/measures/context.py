@@ -5,9 +5,9 @@ tokenized and cut into non-overlapping windows of `context` tokens; every subjec
 model, and each pruned one, jtc.measures.subjects) scores every position of a window that has
 a next token in it against the full model on the same windows.
 
-Held out: a document none of whose sentences is a calibration sentence (the first
-`calibration_sentences` training sentences in the seeded order, jtc.pruning.inputs), so no map
-or selection statistic saw any of its text. Windows are scored plainly (stride = context: the
+Held out: a document that is not a calibration document (one the calibration windows read, or
+one holding a calibration sentence: jtc.pruning.windows.calibration_documents), so no map or
+selection statistic saw any of its text. Windows are scored plainly (stride = context: the
 first tokens of a window see little context); the sliding variant (stride context/2, scoring
 only the second half) is not implemented.
 """
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import torch
 from torch import nn
 
-from jtc.data.corpus import select_split
+from jtc.data.documents import cut_windows, document_texts, token_stream
 from jtc.files.io import rows_table
 from jtc.logs import Progress
 from jtc.measures.checks import LOGITS_ELEMENTS, context_problem, usable_contexts
@@ -36,6 +36,8 @@ from jtc.measures.subjects import (
     subject_model,
 )
 from jtc.model.adapters import adapter_of
+from jtc.pruning.windows import calibration_documents
+from jtc.settings import CalibrationText
 
 log = logging.getLogger(__name__)
 
@@ -51,45 +53,13 @@ WINDOW_COLUMNS = {
 }
 
 
-def held_out_documents(sentences: pa.Table, calibration_sentences: int, corpus: str) -> list[str]:
-    """The text of every document of the corpus table `sentences` none of whose sentences is a
-    calibration sentence: its sentences in source order (sentence_id) joined by spaces; the
-    documents in order of their first sentence."""
-    calibration = select_split(
-        sentences, "train", calibration_sentences, corpus, "pruning.calibration_sentences"
-    )
-    tainted = pc.unique(calibration.column("document"))
-    kept = sentences.filter(pc.invert(pc.is_in(sentences.column("document"), tainted)))
-    kept = kept.sort_by("sentence_id")
-    texts: dict[str, list[str]] = {}
-    for document, text in zip(
-        kept.column("document").to_pylist(), kept.column("text").to_pylist(), strict=True
-    ):
-        texts.setdefault(document, []).append(text)
-    return [" ".join(parts) for parts in texts.values()]
-
-
-def token_stream(tokenizer, documents: Sequence[str], wanted: int) -> np.ndarray:
-    """The documents' tokens one after the other, the end-of-sequence token (a newline where
-    the tokenizer has none) between them, stopping once `wanted` tokens are there (each
-    document is tokenized whole)."""
-    eos = tokenizer.eos_token_id
-    separator = [eos] if eos is not None else tokenizer("\n", add_special_tokens=False).input_ids
-    stream: list[int] = []
-    for document in documents:
-        if len(stream) >= wanted:
-            break
-        if stream:
-            stream += separator
-        stream += tokenizer(document, add_special_tokens=False).input_ids
-    return np.asarray(stream[:wanted], dtype=np.int64)
-
-
-def cut_windows(stream: np.ndarray, context: int, windows: int) -> np.ndarray:
-    """(count, context) non-overlapping windows from the start of the stream, at most
-    `windows` of them (fewer where the stream is shorter)."""
-    count = min(windows, len(stream) // context)
-    return stream[: count * context].reshape(count, context)
+def held_out_documents(sentences: pa.Table, calibration: set[str]) -> list[str]:
+    """The text of every document of the corpus table `sentences` not among the calibration
+    documents `calibration` (jtc.pruning.windows.calibration_documents): its sentences in
+    source order joined by spaces; the documents in order of their first sentence."""
+    left_out = pa.array(sorted(calibration), pa.string())
+    kept = sentences.filter(pc.invert(pc.is_in(sentences.column("document"), left_out)))
+    return list(document_texts(kept).values())
 
 
 @torch.inference_mode()
@@ -152,13 +122,17 @@ def context_perplexity(
     windows: int,
     rule: str,
     variants: Sequence[str],
+    calibration: CalibrationText,
     calibration_sentences: int,
+    held_out: int | None,
     corpus: str,
     model_name: str,
     batch_size: int,
 ) -> pa.Table:
     """WINDOW_COLUMNS of every subject (the full model, then each length and variant at the
-    span `rule` chose) on the same windows of held-out documents, for each context size."""
+    span `rule` chose) on the same windows of held-out documents (none of the calibration
+    documents: `calibration`, `calibration_sentences` and `held_out` as calibration read them),
+    for each context size."""
     problem = context_problem(contexts, windows, info.get("max_positions"), model_name)
     if problem:
         raise ValueError(problem)
@@ -169,7 +143,10 @@ def context_perplexity(
             model_name, info.get("max_positions"), sorted(set(contexts) - set(usable)),
         )  # fmt: skip
     contexts = usable
-    documents = held_out_documents(sentences, calibration_sentences, corpus)
+    left_out = calibration_documents(
+        tokenizer, sentences, calibration, calibration_sentences, held_out, corpus
+    )
+    documents = held_out_documents(sentences, left_out)
     stream = token_stream(tokenizer, documents, max(contexts) * windows)
     adapter = adapter_of(info)
     subjects = measured_subjects(selection, rule, variants)

@@ -73,6 +73,9 @@ def split_draws(config: dict[str, Any], rules: Collection[str]) -> list[Draw]:
         Draw("pruning.selected_sentences", "validation", pruning["selected_sentences"]),
         Draw("pruning.generation.prompts", "validation", pruning["generation"]["prompts"], skip),
     ]
+    if pruning["calibration"]["text"] != "sentences":
+        # windows are sized in tokens: calibrate_pruning checks them (jtc.pruning.windows)
+        draws = [d for d in draws if d.key != "pruning.calibration_sentences"]
     return [d for d in draws if set(_DRAWING[d.key]) & set(rules)]
 
 

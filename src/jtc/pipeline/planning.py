@@ -50,6 +50,7 @@ from jtc.pipeline.config import (
 from jtc.pipeline.draws import lines_problem
 from jtc.pipeline.gpus import LocalGpu, no_gpu_for_jobs
 from jtc.pruning.spans import pruning_problem, resolved_lengths
+from jtc.pruning.windows import calibration_problem
 from jtc.shortcuts.methods import METHODS, applicable
 from jtc.shortcuts.parts import jump_problem
 
@@ -138,12 +139,15 @@ def prune_problem(
 
 
 def measures_problem(name: str, max_positions: int | None, pruning: dict[str, Any]) -> str | None:
-    """What is wrong with the literature's measures of a pruned model (config pruning.context,
-    pruning.generation) for a model of `max_positions` positions (None: unknown)."""
+    """What is wrong with the calibration windows (config pruning.calibration) and the
+    literature's measures of a pruned model (pruning.context, pruning.generation) for a model
+    of `max_positions` positions (None: unknown)."""
     context, generation = pruning["context"], pruning["generation"]
-    return context_problem(
-        context["lengths"], context["windows"], max_positions, name
-    ) or generation_problem(generation["prompts"], generation["new_tokens"])
+    return (
+        calibration_problem(name, max_positions, pruning["calibration"])
+        or context_problem(context["lengths"], context["windows"], max_positions, name)
+        or generation_problem(generation["prompts"], generation["new_tokens"])
+    )
 
 
 def resolved_problem(

@@ -207,9 +207,16 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         ]
         cosine = sorted(set(rows))
         kept = len({i for i, _ in cosine}) + len({k for i, n in cosine for k in (i, i + n)})
+        text = calibration.calibration
+        # sentences of at most max_tokens tokens, or windows of window_tokens tokens
+        sized = (
+            {"rows": calibration.calibration_sentences}
+            if text.text == "sentences"
+            else {"rows": text.windows, "tokens": text.window_tokens}
+        )
         return dataclasses.replace(
             shape,
-            rows=calibration.calibration_sentences,
+            **sized,
             matrices=plan.matrices(),
             cosine_rows=kept,
             cosine_passes=len(rows) * calibration.cosine.epochs,

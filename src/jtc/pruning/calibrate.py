@@ -1,10 +1,11 @@
 """Depth pruning's calibration, what calibrate_pruning computes: one pass over every token of the
-calibration sentences sums what every span needs (jtc.pruning.sums), every variant's map for
-every span is fitted from those sums and each selection rule chooses a span per length
-(jtc.pruning.fits)."""
+calibration text (windows of running text or sentences, jtc.pruning.windows) sums what every
+span needs (jtc.pruning.sums), every variant's map for every span is fitted from those sums
+and each selection rule chooses a span per length (jtc.pruning.fits)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +29,18 @@ from jtc.pruning.spans import (
 from jtc.pruning.sums import span_statistics
 from jtc.pruning.tables import calibration_table, selection_table
 from jtc.pruning.variants import variant_of, with_map
+from jtc.pruning.windows import (
+    SENTENCES_KEY,
+    WINDOWS_KEY,
+    calibration_problem,
+    calibration_windows,
+    size_label,
+)
 from jtc.settings import CalibrationSettings
 from jtc.shortcuts.methods import default_rank
 
 log = logging.getLogger(__name__)
-CALIBRATION_KEY = "pruning.calibration_sentences"
+CALIBRATION_KEY = SENTENCES_KEY
 # the modules the variants' fits live in (jtc.pruning.variants names each fit "module:function");
 # imported here, so that the code tracker (jtc.pipeline.tracking) counts them as the calibration's
 FIT_MODULES = {m.__name__: m for m in (fits, cosine)}
@@ -55,6 +63,39 @@ def fit_span(
     if start < record.first_start:
         raise ValueError(f"{variant} needs start >= 1: block 0 (the embeddings) has no MLP")
     return fit_function(variant)(grams, start, length, rank, ridge)
+
+
+def calibration_inputs(
+    tokenizer,
+    info: dict,
+    sentences: pa.Table,
+    settings: CalibrationSettings,
+    held_out: int | None,
+    *,
+    corpus: str,
+    max_tokens: int,
+) -> tuple[list, str]:
+    """(inputs, size): the token ids calibration reads, every token of each, and their size in
+    words: the windows of running text (held_out: jtc.pruning.windows.held_out_sentences), or
+    the first calibration_sentences training sentences (each truncated to max_tokens)."""
+    text = settings.calibration
+    if text.text == "sentences":
+        count = settings.calibration_sentences
+        inputs, _ = every_token(
+            tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+        )
+        tokens = sum(len(x) for x in inputs)
+        return inputs, f"{count} sentences, {tokens:,} tokens"
+    problem = calibration_problem(
+        info.get("name", "the model"), info.get("max_positions"), dataclasses.asdict(text)
+    )
+    if problem:
+        raise ValueError(problem)
+    if held_out is None:
+        raise ValueError(f"{WINDOWS_KEY}: the held-out sentences' count is needed (held_out)")
+    windows = calibration_windows(tokenizer, sentences, text, held_out, corpus)
+    size = size_label(text.windows, text.window_tokens)
+    return list(windows.windows), f"{size}, from {len(windows.documents)} documents"
 
 
 @dataclass(frozen=True)
@@ -81,21 +122,26 @@ def calibrate(
     batch_size: int,
     max_tokens: int,
     fingerprint: str,
+    held_out: int | None = None,
 ) -> Calibration:
     """Calibrate the model `net` (named `model`, its cached weights' `fingerprint`:
-    jtc.model.manifest.model_fingerprint) on every token of the first `calibration_sentences`
-    training sentences of the corpus table `sentences`. The maps file's metadata names the
-    model and its fingerprint, so that the export refuses the maps of another model."""
+    jtc.model.manifest.model_fingerprint) on every token of the calibration text of the corpus
+    table `sentences` (calibration_inputs; `held_out`: the validation sentences whose documents
+    the windows leave out, jtc.pruning.windows.held_out_sentences). The maps file's metadata
+    names the model and its fingerprint, so that the export refuses the maps of another
+    model."""
     adapter = adapter_of(info)
     num_layers, width = info["num_layers"], info["hidden_size"]
     lengths = resolved_lengths(settings.lengths, num_layers)
     problem = pruning_problem(model, adapter.task, adapter, num_layers, lengths, settings.variants)
     if problem:
         raise ValueError(problem)
-    count = settings.calibration_sentences
-    inputs, _ = every_token(
-        tokenizer, info, sentences, "train", count, corpus, max_tokens, CALIBRATION_KEY
+    sentences_mode = settings.calibration.text == "sentences"
+    count = settings.calibration_sentences if sentences_mode else None
+    inputs, size = calibration_inputs(
+        tokenizer, info, sentences, settings, held_out, corpus=corpus, max_tokens=max_tokens
     )
+    log.info("calibration text of %s on %s: %s", model, corpus, size)
     plan = StatisticsPlan.of(num_layers, lengths, settings.variants)
     log.info(
         "calibration sums: %d d × d float64 matrices, %.2f GB",
@@ -124,6 +170,7 @@ def calibrate(
             MODEL_FINGERPRINT: fingerprint,
             "corpus": corpus,
             "calibration_tokens": grams.tokens,
+            "calibration_text": size,
             "rank": rank,
             "ridge": settings.ridge,
             "skip_first_token": settings.skip_first_token,
@@ -162,23 +209,37 @@ def fit_spans(
 
 
 def underdetermined_message(
-    model: str, corpus: str, variants: list[str], tokens: int, width: int, sentences: int
+    model: str, corpus: str, variants: list[str], tokens: int, width: int, sentences: int | None
 ) -> str:
-    """The warning for depth pruning's maps fitted on fewer calibration tokens than the width."""
-    per_sentence = max(tokens / max(sentences, 1), 1.0)
+    """The warning for depth pruning's maps fitted on fewer calibration tokens than the width
+    (`sentences`: the calibration sentences, None for windows of running text)."""
+    if sentences is None:
+        fix = (
+            f"raise {WINDOWS_KEY} or window_tokens to well above {width} tokens in all "
+            "(windows x window_tokens)"
+        )
+    else:
+        per_sentence = max(tokens / max(sentences, 1), 1.0)
+        fix = (
+            f"raise pruning.calibration_sentences from {sentences} to well above {width} tokens "
+            f"(at least about {int(width / per_sentence) + 1} sentences of this corpus)"
+        )
     return (
         f"{model} on {corpus}: depth pruning's {', '.join(variants)} maps were fitted on "
         f"{tokens} calibration tokens, fewer than the width {width}: underdetermined, each "
         "reproduces the calibration tokens, so its calibration_loss is 0 up to rounding for "
         "every span and the `measured` rule cannot tell the spans apart (its ties are broken by "
-        "the angular distance), and the maps themselves are fitted to noise; raise "
-        f"pruning.calibration_sentences from {sentences} to well above {width} tokens (at "
-        f"least about {int(width / per_sentence) + 1} sentences of this corpus)"
+        f"the angular distance), and the maps themselves are fitted to noise; {fix}"
     )
 
 
 def calibration_warnings(
-    model: str, corpus: str, tokens: int, width: int, sentences: int, chosen: list[Selected]
+    model: str,
+    corpus: str,
+    tokens: int,
+    width: int,
+    sentences: int | None,
+    chosen: list[Selected],
 ) -> list[str]:
     """The calibration's warnings: maps fitted on fewer tokens than the width (one line), and
     every choice a tie decided (one line each, naming the tied spans)."""
@@ -209,6 +270,7 @@ def calibrate_spans(
     corpus: str,
     batch_size: int,
     max_tokens: int,
+    held_out: int | None = None,
 ) -> tuple[list[SpanFit], int]:
     """(fits, calibration tokens): what `calibrate` fits for the spans `chosen` (start, length)
     alone, every variant of `settings` for each span (the same maps and losses, bit for bit),
@@ -228,10 +290,9 @@ def calibrate_spans(
         if missing:
             i, n = min(missing)
             raise ValueError(f"{variant} has no span of start {i}, length {n} of {num_layers}")
-    inputs, _ = every_token(
-        tokenizer, info, sentences, "train", settings.calibration_sentences, corpus, max_tokens,
-        CALIBRATION_KEY,
-    )  # fmt: skip
+    inputs, _ = calibration_inputs(
+        tokenizer, info, sentences, settings, held_out, corpus=corpus, max_tokens=max_tokens
+    )
     every = StatisticsPlan.of(num_layers, lengths, settings.variants)
     pairs, starts = {(i, i + n) for i, n in wanted}, {i for i, _ in wanted}
     plan = StatisticsPlan(

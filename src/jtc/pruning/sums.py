@@ -1,7 +1,7 @@
 """The calibration sums of depth pruning (torch): in one streaming pass over every token of the
-calibration sentences, everything every span's fit and statistics need (jtc.pruning.fits
-fits the maps from them); and the hooks that keep every block's states, which the evaluation runs
-(jtc.pruning.runs) use too.
+calibration text (windows or sentences), everything every span's fit and statistics need
+(jtc.pruning.fits fits the maps from them); and the hooks that keep every block's states, which
+the evaluation runs (jtc.pruning.runs) use too.
 
 A batch runs once unmodified, with forward hooks that give h_0..h_L and every block's
 feed-forward output X_l at every position. Memory: the sums hold StatisticsPlan.matrices()
@@ -90,10 +90,11 @@ def span_statistics(
     pad_id: int,
     skip_first_token: bool = False,
 ) -> SpanGrams:
-    """The sums of `plan` over every token of the sequences `inputs` (token ids), float64,
-    accumulated batch by batch on the model's device; with `skip_first_token`, every token but
-    each sequence's first (whose states are many times larger than the others' and weigh most
-    in least squares; it still runs, as context for the others)."""
+    """The sums of `plan` over every token of the sequences `inputs` (token ids: windows or
+    sentences), float64, accumulated batch by batch on the model's device; with
+    `skip_first_token`, every token but each sequence's first (whose states are many times
+    larger than the others' and weigh most in least squares; it still runs, as context for the
+    others)."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
@@ -111,7 +112,7 @@ def span_statistics(
     ffn_own = {i: zeros() for i in plan.ffn_blocks}
     ffn_cross = {key: zeros() for key in plan.ffn_pairs}
     tokens = 0
-    progress = Progress(len(inputs), "calibrate", "sentences")
+    progress = Progress(len(inputs), "calibrate", "sequences")
     with every_state(model, adapter, ffn=bool(plan.ffn_blocks)) as kept:
         for rows, ids, mask in padded_batches(inputs, batch_size, pad_id):
             mask = mask.to(device)

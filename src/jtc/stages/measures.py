@@ -17,13 +17,15 @@ def context_perplexity(
     corpus: str,
     settings: dict,
     measured: dict,
+    held_out: int | None,
     batch_size: int,
     threads: int,
     device_map: str | None = None,
 ) -> None:
     """Every measured model's cross entropy and top-1 agreement with the full model on the
     same windows of held-out documents, one row per window (jtc.measures.context); `settings`
-    is pruning.context, `measured` the rest of what it reads of pruning."""
+    is pruning.context, `measured` the rest of what it reads of pruning, `held_out` the
+    validation sentences whose documents the calibration windows leave out."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.measures.context import context_perplexity as measure
@@ -44,7 +46,9 @@ def context_perplexity(
         windows=context.windows,
         rule=subjects.export_selection,
         variants=subjects.variants,
+        calibration=subjects.calibration,
         calibration_sentences=subjects.calibration_sentences,
+        held_out=held_out,
         corpus=corpus,
         model_name=model,
         batch_size=batch_size,

@@ -15,15 +15,18 @@ def calibrate_pruning(
     model: str,
     corpus: str,
     settings: dict,
+    held_out: int | None,
     batch_size: int,
     max_tokens: int,
     threads: int,
     device_map: str | None = None,
 ) -> None:
-    """One pass over every token of the first `calibration_sentences` training sentences sums
-    what every span needs; from those sums, each variant's map for every span (`maps_out`), the
-    span's statistics (`calibration_out`) and the span each selection rule chooses for each
-    length (`selection_out`) (jtc.pruning.calibrate)."""
+    """One pass over every token of the calibration text (windows of running text outside the
+    documents of the first `held_out` validation sentences, or the first calibration_sentences
+    training sentences: jtc.pruning.windows) sums what every span needs; from those sums,
+    each variant's map for every span (`maps_out`), the span's statistics (`calibration_out`)
+    and the span each selection rule chooses for each length (`selection_out`)
+    (jtc.pruning.calibrate)."""
     from jtc.files.io import read_table, write_table
     from jtc.logs import ready
     from jtc.model.cache import load_model
@@ -45,6 +48,7 @@ def calibrate_pruning(
         batch_size=batch_size,
         max_tokens=max_tokens,
         fingerprint=model_fingerprint(model_dir),
+        held_out=held_out,
     )
     save_span_maps(maps_out, done.fits, done.metadata)
     write_table(done.calibration, calibration_out)
