@@ -199,6 +199,12 @@ class CalibrationText(Settings):
     window_tokens: int
     """Tokens per window (text windows)."""
 
+    MORE_TEXT: ClassVar[str] = (
+        "raise pruning.calibration.windows or window_tokens (windows of running text), or "
+        "pruning.calibration_sentences with text: sentences"
+    )
+    """How to calibrate on more tokens, for the messages that ask for it."""
+
     @property
     def tokens(self) -> int:
         """The windows' tokens, windows x window_tokens."""

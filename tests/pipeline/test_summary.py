@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jtc.pipeline.summary import problems, run_summary
+from jtc.settings import CalibrationText
 
 
 def write(path, rows):
@@ -86,7 +87,7 @@ def test_the_summary_names_underdetermined_pruning_and_tied_choices(tmp_path):
         "m/news: depth pruning's replaceme maps fitted on 352 calibration tokens, fewer than the "
         "width 576: underdetermined, they reproduce the calibration tokens, so `measured` "
         "cannot tell the spans apart and the maps are fitted to noise (pruning_selected.csv, "
-        "underdetermined; raise pruning.calibration_sentences)",
+        f"underdetermined; {CalibrationText.MORE_TEXT})",
         "m/news: depth pruning's choice was a tie, broken by the angular distance: measured for "
         "replaceme at length 8 (21 spans) (pruning_selected.csv, tied, tied_removed)",
     ]

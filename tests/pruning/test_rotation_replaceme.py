@@ -104,7 +104,8 @@ def test_the_fitted_stand_in_runs_in_memory_folds_and_exports(kind, tied, tmp_pa
     cache_model(kind, {"source": str(work / "src")}, work / "m")
     maps = tmp_path / "maps.safetensors"
     meta = {"model": kind, "model_fingerprint": model_fingerprint(work / "m")}
-    save_span_maps(maps, fits, meta)
+    text = {"corpus": "test", "calibration_text": "2 windows × 8 tokens", "calibration_tokens": 16}
+    save_span_maps(maps, fits, {**meta, **text, "ridge": 0.0})
     span_map, rotation = load_stand_in(maps, "rotation_replaceme", start, length)
     assert rotation is not None and set(span_map.tensors) == {"weight"}
 
@@ -147,6 +148,8 @@ def test_the_fitted_stand_in_runs_in_memory_folds_and_exports(kind, tied, tmp_pa
     assert done["variant"] == "rotation_replaceme" and done["num_layers_after"] == LAYERS - 2
     assert done["check"]["fold_error_relative"] < 1e-4
     assert "mlp.down_proj" in done["folded_into"] and "embeddings" in done["folded_into"]
+    # what the map was calibrated on travels with the checkpoint (an older file's rank: None)
+    assert done["calibration"] == {**text, "ridge": 0.0, "rank": None}
 
 
 def test_a_rotation_replaceme_map_without_its_rotation_is_refused(tmp_path):

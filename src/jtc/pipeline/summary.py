@@ -11,6 +11,7 @@ from pathlib import Path
 
 from jtc import paths
 from jtc.files.io import read_table
+from jtc.settings import CalibrationText
 
 
 def _table(path: Path) -> list[dict] | None:
@@ -85,7 +86,7 @@ def pruning_problems(where: str, selected: list[dict], width: int | None = None)
             + ": "
             "underdetermined, they reproduce the calibration tokens, so `measured` cannot tell "
             "the spans apart and the maps are fitted to noise (pruning_selected.csv, "
-            "underdetermined; raise pruning.calibration_sentences)"
+            f"underdetermined; {CalibrationText.MORE_TEXT})"
         )
     tied = [r for r in selected if (r.get("tied") or 1) > 1]
     if tied:

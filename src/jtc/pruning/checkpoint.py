@@ -40,7 +40,7 @@ from jtc.model.sources import shareable_source
 from jtc.pruning import rotate
 from jtc.pruning.export_check import check_batch, check_export, check_fold, hooked_logits
 from jtc.pruning.export_inputs import export_problem
-from jtc.pruning.map_file import load_stand_in
+from jtc.pruning.map_file import calibration_record, load_stand_in
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
 from jtc.pruning.variants import EXPORTED, ROTATION_PART, VARIANTS, variant_of
 
@@ -201,7 +201,7 @@ def export(
     (jtc.pruning.variants: folds); drop reads no maps. A model folder that is no jtc model
     cache, or a maps file that is no span maps file or was fitted on another model than
     `model_dir`'s, is refused as the wrong input (jtc.pruning.export_inputs)."""
-    transform, rotation, source = None, None, None
+    transform, rotation, source, calibration = None, None, None, None
     problem = exported_variant_problem(variant)
     if problem:
         raise ValueError(problem)
@@ -215,6 +215,7 @@ def export(
         parts = {**span_map.tensors, **({ROTATION_PART: after} if after is not None else {})}
         transform, rotation = (parts.get(record.folded_part(s)) for s in ("mlp", "stream"))
         source = f"{maps}: {variant}, start {start}, length {length}"
+        calibration = calibration_record(maps)
     return write_pruned(
         model_dir,
         out,
@@ -225,6 +226,7 @@ def export(
         rotation=rotation,
         force=force,
         transform_source=source,
+        calibration=calibration,
         caveat=caveat,
     )
 
@@ -241,6 +243,7 @@ def write_pruned(
     transform_source: str | None = None,
     caveat: str | None = None,
     rotation: np.ndarray | None = None,
+    calibration: dict[str, object] | None = None,
 ) -> Path:
     """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
     removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
@@ -249,7 +252,8 @@ def write_pruned(
     embeddings and blocks 1..start; 'rotation_replaceme' both; 'drop' takes neither. The folder
     is written beside `out` and renamed into place once it loads with plain transformers and
     reproduces the hooked pruned model's logits; `transform_source` says in pruning.json where
-    the map came from, `caveat` what the span's choice is worth
+    the map came from and `calibration` what it was fitted on (the maps file's record,
+    jtc.pruning.map_file.calibration_record), `caveat` what the span's choice is worth
     (jtc.pruning.spans.exported_caveat: an underdetermined map, a tie), null when nothing is to
     be said."""
     import transformers
@@ -338,6 +342,7 @@ def write_pruned(
             "parameters_after": after,
             "folded_into": "; ".join(folded) or None,
             "transform_source": transform_source,
+            "calibration": calibration,
             "caveat": caveat,
             "convention": (
                 "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "

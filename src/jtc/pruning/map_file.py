@@ -8,6 +8,7 @@ model it prunes (`model_problem`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -139,6 +140,24 @@ def load_stand_in(
             f"has no '{ROTATION_PART}' part: rerun calibrate_pruning"
         )
     return span_map, tensors[name]
+
+
+CALIBRATION_KEYS = ("corpus", "calibration_text", "calibration_tokens", "ridge", "rank")
+
+
+def calibration_record(path: str | Path) -> dict[str, object]:
+    """What the span maps file `path` was calibrated on (its metadata: the corpus, the text and
+    its size in tokens, the ridge and the low-rank stand-in's rank), for pruning.json; a key an
+    older file lacks is None."""
+    _, meta = read_tensor_file(path, SPAN_FORMAT, "span map", lambda name: False)
+    record: dict[str, object] = {}
+    for key in CALIBRATION_KEYS:
+        value = meta.get(key)
+        try:
+            record[key] = json.loads(value) if key != "corpus" and value is not None else value
+        except json.JSONDecodeError:
+            record[key] = value
+    return record
 
 
 def model_problem(path: str | Path, model_dir: str | Path) -> str | None:

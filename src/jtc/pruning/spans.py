@@ -14,7 +14,7 @@ from typing import Any
 from jtc.model.adapters import Adapter, UnsupportedArchitecture
 from jtc.pruning.ffn_site import replaceme_ffn
 from jtc.pruning.variants import VARIANTS, variant_of
-from jtc.settings import ExportSettings
+from jtc.settings import CalibrationText, ExportSettings
 
 # how a span is chosen for each length, on calibration sentences only
 SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_influence")
@@ -90,7 +90,7 @@ def exported_caveat(
         notes.append(
             f"its {settings.export_variant} map was fitted on {row['calibration_tokens']} "
             "calibration tokens, fewer than the width: underdetermined, it reproduces them and "
-            "is fitted to noise; raise pruning.calibration_sentences"
+            f"is fitted to noise; {CalibrationText.MORE_TEXT}"
         )
     if (row.get("tied") or 1) > 1:
         notes.append(

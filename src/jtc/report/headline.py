@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from jtc import paths
 from jtc.files.io import read_tables, rows_table
+from jtc.settings import CalibrationText
 from jtc.shortcuts.methods import METHODS
 
 SCHEMA = {
@@ -286,7 +287,7 @@ def _pruning_caveats(row: dict) -> str:
             f"were fitted on {_number(row['pruning_calibration_tokens'], ',d')} calibration "
             "tokens, fewer than the width: they reproduce them, so their calibration loss (the "
             "``measured`` rule) cannot tell the spans apart and the maps are fitted to noise; "
-            "raise ``pruning.calibration_sentences`` before reading them."
+            f"{CalibrationText.MORE_TEXT} before reading them."
         )
     return text
 
