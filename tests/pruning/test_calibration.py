@@ -23,6 +23,8 @@ from jtc.pruning.spans import (
     lengths_problem,
     removed_label,
     spans,
+    sums_batch,
+    sums_batch_bytes,
 )
 from jtc.pruning.sums import span_statistics
 from jtc.settings import ExportSettings
@@ -152,6 +154,36 @@ def test_span_maps_equal_numpy_least_squares_on_the_same_tokens(tiny):
         for a, b in zip(h[:-1], h[1:], strict=True)
     ]
     np.testing.assert_allclose(grams.block_influence(), influence, rtol=2e-5)  # as the angle's
+
+
+def test_long_sequences_take_smaller_batches_and_the_same_sums(tiny, monkeypatch):
+    """A batch whose states would pass the budget takes fewer sequences (2,048-token windows:
+    28 GB at the default batch on SmolLM2), at least one; the sums do not change."""
+    model, tokenizer, adapter = tiny
+    inputs = token_inputs(tokenizer)
+    longest = max(len(x) for x in inputs)
+    one = sums_batch_bytes(longest, LAYERS, 32)
+    assert one == longest * 32 * ((LAYERS + 1) * 12 + LAYERS * 4)
+    assert sums_batch(32, 2048, 30, 576) == 3 and sums_batch(32, 2048, 28, 1536) == 1
+    assert sums_batch(32, 64, 30, 576) == 32  # sentences: the batch as configured
+    passes = []
+    hook = adapter.backbone(model).register_forward_pre_hook(lambda *_: passes.append(1))
+    try:
+        wide = statistics(model, adapter, inputs)
+        assert len(passes) == -(-len(inputs) // 3)  # batches of 3
+        monkeypatch.setattr("jtc.pruning.spans.SUMS_BATCH_BYTES", one)
+        assert sums_batch(3, longest, LAYERS, 32) == 1 and sums_batch(3, 10**6, LAYERS, 32) == 1
+        passes.clear()
+        narrow = statistics(model, adapter, inputs)
+        assert len(passes) == len(inputs)  # one sequence a batch
+    finally:
+        hook.remove()
+    assert narrow.tokens == wide.tokens
+    np.testing.assert_allclose(narrow.squares, wide.squares, rtol=1e-6)
+    for i, gram in wide.state_grams.items():
+        np.testing.assert_allclose(
+            narrow.state_grams[i], gram, rtol=1e-5, atol=1e-6 * abs(gram).max()
+        )
 
 
 def test_fewer_tokens_than_the_width_take_the_minimum_norm_solution(tiny):

@@ -25,7 +25,13 @@ from jtc.measures.checks import LOGITS_ELEMENTS
 from jtc.model.gguf_header import GGUFHeaderError, GGUFShape, read_shape
 from jtc.model.sources import gguf_files
 from jtc.pipeline.config import split_positions
-from jtc.pruning.spans import StatisticsPlan, resolved_lengths, spans
+from jtc.pruning.spans import (
+    StatisticsPlan,
+    resolved_lengths,
+    spans,
+    sums_batch,
+    sums_batch_bytes,
+)
 from jtc.pruning.variants import variant_of
 from jtc.settings import (
     BenchmarkSettings,
@@ -75,7 +81,7 @@ class Shape:
     cosine_rows: int = 0
     cosine_passes: int = 0
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
-    batch: int = 32  # run_benchmarks: lm-eval's requests per batch (config batch_size)
+    batch: int = 32  # run_benchmarks, calibrate_pruning: sequences per batch (config batch_size)
 
     @property
     def sentences(self) -> int:
@@ -217,6 +223,7 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         return dataclasses.replace(
             shape,
             **sized,
+            batch=config["batch_size"],
             matrices=plan.matrices(),
             cosine_rows=kept,
             cosine_passes=len(rows) * calibration.cosine.epochs,
@@ -349,8 +356,9 @@ def _data_mb(stage: str, shape: Shape) -> float:
         # layer's states at every position
         need = s.model_mb + s.head_mb + part_maps_mb + 3 * 64 + (s.jumps + 1) * sequence_mb
     elif stage == "calibrate_pruning":  # the model; the float64 sums; a batch's states at
-        # every position, float32 as captured and float64 as summed (32 sentences)
-        batch_mb = 32 * s.tokens * (2 * s.layers + 1) * s.width * 12 / 1e6
+        # every position, float32 as captured and float64 as summed (jtc.pruning.spans)
+        batch = sums_batch(s.batch, s.tokens, s.layers, s.width)
+        batch_mb = batch * sums_batch_bytes(s.tokens, s.layers, s.width) / 1e6
         need = s.model_mb + s.matrices * square_mb + batch_mb + 64
         # replaceme_cosine's rows (half the longest sentence on average), as kept and once
         # gathered again from the batches' parts

@@ -167,6 +167,24 @@ def parse_removed(label: str) -> tuple[int, ...]:
     return tuple(int(b) for b in label.split(","))
 
 
+# the states a calibration batch holds at most (jtc.pruning.sums): a batch of 2,048-token
+# windows of the default batch size would hold 28 GB on SmolLM2, 62 GB at 1.5B
+SUMS_BATCH_BYTES = 2 * 1024**3
+
+
+def sums_batch_bytes(tokens: int, num_layers: int, width: int) -> int:
+    """The states one sequence of `tokens` tokens holds while the sums are taken: h_0..h_L and
+    every block's MLP output in float32 as captured, h_0..h_L again in float64 as summed."""
+    return tokens * width * ((num_layers + 1) * (4 + 8) + num_layers * 4)
+
+
+def sums_batch(batch_size: int, tokens: int, num_layers: int, width: int) -> int:
+    """Sequences of at most `tokens` tokens a calibration batch takes: `batch_size`, fewer
+    where their states would pass SUMS_BATCH_BYTES, at least one."""
+    fits = SUMS_BATCH_BYTES // max(sums_batch_bytes(tokens, num_layers, width), 1)
+    return max(1, min(batch_size, fits))
+
+
 @dataclass(frozen=True)
 class StatisticsPlan:
     """Which sums a set of spans and variants needs (what SpanGrams holds)."""

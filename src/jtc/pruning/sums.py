@@ -23,7 +23,7 @@ from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input, hidden_output
 from jtc.pruning.ffn_site import feed_forward_output
 from jtc.pruning.fits import SpanGrams
-from jtc.pruning.spans import StatisticsPlan
+from jtc.pruning.spans import StatisticsPlan, sums_batch
 
 
 @contextmanager
@@ -94,12 +94,15 @@ def span_statistics(
     sentences), float64, accumulated batch by batch on the model's device; with
     `skip_first_token`, every token but each sequence's first (whose states are many times
     larger than the others' and weigh most in least squares; it still runs, as context for the
-    others)."""
+    others). A batch takes fewer than `batch_size` sequences where their states would pass
+    jtc.pruning.spans.SUMS_BATCH_BYTES (long windows)."""
     blocks = adapter.blocks(model)
     backbone = adapter.backbone(model)
     device = next(model.parameters()).device
     width = model.config.hidden_size
     num_layers = len(blocks)
+    longest = max((len(x) for x in inputs), default=1)
+    batch_size = sums_batch(batch_size, longest, num_layers, width)
 
     def zeros() -> torch.Tensor:
         return torch.zeros((width, width), dtype=torch.float64, device=device)
