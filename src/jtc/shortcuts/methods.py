@@ -6,8 +6,9 @@ mat and rrr are solved in closed form (jtc.shortcuts.closed_form; `trained` fals
 fit_map, one job per (model, corpus) for both), the others are trained (`trained` true: rule
 train_map, one job per (model, corpus, method)): from the training states alone by
 jtc.shortcuts.fit.fit_method (jtc.shortcuts.train), through the model's head by
-jtc.shortcuts.lens.fit_tuned_lens (`needs_head`). A method's config block training.<method> is read through its settings object
-(jtc.settings: LowRankSettings, RankSettings or TrainSettings), defaults from the schema.
+jtc.shortcuts.lens.fit_tuned_lens (`needs_head`). A method's config block training.<method> is
+read through its settings object (jtc.settings: LowRankSettings, RankSettings or TrainSettings),
+defaults from the schema.
 """
 
 from __future__ import annotations
