@@ -16,7 +16,8 @@ CORPUS = f"{RESULTS}/corpora/{{corpus}}.parquet"  # the sentence table
 MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenizer, info.json)
 HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer
 PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs and outputs
-# a method's maps from every source layer (written by fit_map or, for the tuned lens, train_map)
+# a method's maps from every source layer (written by fit_map for mat and rrr, train_map for a
+# trained method)
 MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}.safetensors"
 PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per block part
 # the low-rank factorisation of the head that the shortlist exit check uses

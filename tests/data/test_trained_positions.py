@@ -100,3 +100,41 @@ def test_a_trained_method_alone_reads_its_positions(tmp_path):
     meta = read_metadata(maps["njtc"])
     assert meta[TRAINING_ROWS] == 24 and meta["n_train"] == 12
     assert meta["settings"]["positions"] == 2
+
+
+def test_a_trained_methods_own_job_fits_the_maps_of_the_shared_one(tmp_path):
+    """train_map (one trained method a job) gives each trained method the maps, bit for bit,
+    that fit_map gives it fitted beside mat and the other methods from the same states (the
+    layout before each trained method had its own job): the same rows, the same seeds."""
+    from safetensors.numpy import load_file
+
+    from jtc.stages.fit import train_map
+
+    train = states_folder(tmp_path / "train", [10] * 12)
+    trained = {
+        "njtc": LowRankSettings.defaults("njtc", rank=2, max_epochs=2, batch_size=8, positions=2),
+        "nnjtc": LowRankSettings.defaults("nnjtc", rank=2, max_epochs=2, batch_size=8),
+        "one_jump_selected": LowRankSettings.defaults(
+            "one_jump_selected", rank=2, max_epochs=2, batch_size=8, positions=3
+        ),
+    }
+    settings = {"mat": {}, **{m: dataclasses.asdict(s) for m, s in trained.items()}}
+    shared = {m: str(tmp_path / f"shared_{m}.safetensors") for m in settings}
+    fit_map(str(train), shared, settings=settings, seed=3, model="m", corpus="c", threads=1)
+    for method in trained:
+        own = str(tmp_path / f"own_{method}.safetensors")
+        train_map(
+            str(train),
+            own,
+            model_dir=None,
+            method=method,
+            settings=settings[method],
+            seed=3,
+            model="m",
+            corpus="c",
+            threads=1,
+        )
+        first, again = load_file(shared[method]), load_file(own)
+        assert sorted(first) == sorted(again), method
+        assert all(np.array_equal(first[k], again[k]) for k in first), method
+        assert read_metadata(own) == read_metadata(shared[method]), method

@@ -43,7 +43,7 @@ from jtc.shortcuts.maps import ShortcutMap, load_maps, read_metadata, save_maps,
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import VARIANTS
 from jtc.shortcuts.replace import prefix_states, replaced_final_states
-from jtc.stages.fit import fit_map, train_map
+from jtc.stages.fit import train_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.prediction import decode_predictions
 from jtc.stages.submodules import record_parts, replace_parts
@@ -532,7 +532,7 @@ def full_loss(work, kind, method, maps: dict[int, ShortcutMap]) -> dict[int, flo
     ],
 )
 def test_training_jobs_on_the_device(project, kind, method, tmp_path):
-    """train_map (the tuned lens) and fit_map (NJTC, N-NJTC) as jobs on the device train there
+    """train_map (the tuned lens, NJTC, N-NJTC: a job each) as jobs on the device train there
     (the map module, the states and, for the tuned lens, the model's head) and give finite maps
     of the CPU job's shapes whose loss is no worse than a loose bound over the CPU job's."""
     work = project(kind)
@@ -544,28 +544,18 @@ def test_training_jobs_on_the_device(project, kind, method, tmp_path):
     for name, device in JOBS:
         out = tmp_path / f"{name}.safetensors"
         with job_on(device) as seen:
-            if method == "tuned_lens":
-                train_map(
-                    str(work / "val"),
-                    str(out),
-                    model_dir=str(work / "m"),
-                    method=method,
-                    settings=settings,
-                    seed=0,
-                    model=kind,
-                    corpus="c",
-                    threads=1,
-                )
-            else:  # trained from the states alone: in the fit_map job
-                fit_map(
-                    str(work / "val"),
-                    {method: str(out)},
-                    settings={method: settings},
-                    seed=0,
-                    model=kind,
-                    corpus="c",
-                    threads=1,
-                )
+            train_map(
+                str(work / "val"),
+                str(out),
+                # the head for the tuned lens; NJTC and N-NJTC read the states alone
+                model_dir=str(work / "m") if method == "tuned_lens" else None,
+                method=method,
+                settings=settings,
+                seed=0,
+                model=kind,
+                corpus="c",
+                threads=1,
+            )
         assert seen == {device.type}, name
         trained[name] = load_maps(out, 0), read_metadata(out)["training"]
     (maps, summary), (maps_cpu, summary_cpu) = trained["device"], trained["cpu"]

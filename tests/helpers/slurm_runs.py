@@ -61,7 +61,7 @@ def make_project(folder: Path) -> Path:
         sentences=150,
         seed=1,
         sizes={"train": 40, "validation": 16},
-        methods=["id", "mat", "njtc", "tuned_lens"],  # fit_map: mat, njtc; train_map: the lens
+        methods=["id", "mat", "njtc", "tuned_lens"],  # fit_map: mat; train_map: njtc, the lens
         training={m: {"max_epochs": 2, "batch_size": 8} for m in ("njtc", "tuned_lens")},
         submodules={"models": ["gpt"], "variants": ["mat_attn"], "jump_layers": [1]},
     )

@@ -88,6 +88,8 @@ def test_each_rule_tracks_the_modules_its_stage_uses_and_no_others():
         "jtc.stages.fit",
     }
     assert fit <= closure("fit_map")
+    # NJTC, N-NJTC and the one-map methods: a train_map job each, fitted as fit_map fits
+    assert fit <= closure("train_map")
     assert not closure("fit_map") & {
         "jtc.report.figures.common",
         "jtc.data.extract",

@@ -338,8 +338,10 @@ def test_an_experiment_plans_each_models_targets_from_the_config():
         }
     )
     experiment = Experiment.of(config)
-    assert experiment.state_methods == ["mat", "njtc"]
-    assert experiment.head_methods == ["tuned_lens"]
+    # closed form: one fit_map job; trained: a train_map job each (the tuned lens: where the
+    # model has a head)
+    assert experiment.closed_methods == ["mat"]
+    assert experiment.trained_methods == ["njtc", "tuned_lens"]
     assert experiment.predicting == ["m"]
     assert experiment.submodule_corpora == ["news"]
     assert experiment.methods_for("e") == ["id", "mat", "njtc"]  # the tuned lens needs a head
@@ -350,6 +352,7 @@ def test_an_experiment_plans_each_models_targets_from_the_config():
     targets = experiment.targets(outputs_of)
     assert targets[:3] == ["headline_table", "results/models/m", "results/models/e"]
     assert "train_map m tuned_lens" in targets and "train_map e tuned_lens" not in targets
+    assert {"train_map m njtc", "train_map e njtc", "fit_map m", "fit_map e"} <= set(targets)
     assert "fit_shortlist m" in targets and "decode_predictions e" not in targets
     assert "replace_parts m" in targets and "replace_parts e" not in targets
     assert "fit_shortlist m" not in Experiment.of(

@@ -8,6 +8,7 @@ import pytest
 
 from jtc.pipeline.gpus import MIB
 from jtc.pipeline.resources import (
+    SENTENCE_TOKENS,
     Shape,
     gpu_memory_percent,
     memory_mb,
@@ -120,6 +121,20 @@ def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, mon
     tokens = config["max_tokens"]
     assert stage_shape("fit_map", config, "m", "train") == Shape(rows=300, tokens=tokens)
     assert stage_shape("r2_table", config, "m", "validation") == Shape(rows=100, tokens=tokens)
+    # every token stored (SENTENCE_TOKENS a sentence counted): a train_map job counts the rows
+    # its method's positions keep, and holds the head for the tuned lens only
+    every = {**config, "positions_per_sentence": "all"}
+    every["training"] = {**config["training"], "njtc": {**config["training"]["njtc"]}}
+    every["training"]["njtc"]["positions"] = 3
+    assert stage_shape("fit_map", every, "m", "train").rows == 300 * SENTENCE_TOKENS
+    njtc = stage_shape("train_map", every, "m", "train", "njtc")
+    assert njtc.rows == 300 * 3 and njtc.sentences == 300 and not njtc.head
+    lens = stage_shape("train_map", every, "m", "train", "tuned_lens")
+    assert lens.rows == 300 * SENTENCE_TOKENS and lens.head  # positions all, its default
+    assert memory_mb("train_map", njtc) < memory_mb("train_map", lens)
+    assert runtime_minutes("train_map", njtc, epochs=50) < runtime_minutes(
+        "train_map", dataclasses.replace(njtc, rows=300 * SENTENCE_TOKENS), epochs=50
+    )
     parts = stage_shape("replace_parts", config, "m", "validation")
     layers = Shape().layers  # every layer is a jump layer unless configured
     assert parts == Shape(rows=40, tokens=tokens, jumps=layers, runs=2 * layers)

@@ -173,8 +173,9 @@ def test_a_training_block_with_keys_missing_is_refused_by_name():
 
 
 def test_a_trained_methods_positions_change_its_own_param_only():
-    """training.<method>.positions reaches the param of the job that trains that method (njtc:
-    fit_map's settings of njtc; the tuned lens: train_map's) and no other: the training states
+    """training.<method>.positions reaches the param of the job that trains that method (its
+    own train_map job's, njtc's as the tuned lens's) and no other (mat's and rrr's, fit_map's;
+    the other trained methods'): the training states
     (extract_hidden's positions) and the other methods' settings stay, so only that job reruns."""
     from jtc.pipeline.config import split_positions
     from jtc.settings import TrainSettings

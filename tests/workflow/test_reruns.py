@@ -150,13 +150,13 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
     copy_run(tiny_run, tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, "all"))
     assert not {"resolve_model", "prepare_corpus", "extract_hidden"} & set(ran), ran
-    # one fit_map job for every method fitted from the states, one train_map job for the tuned
-    # lens; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto), the tuned lens
+    # one fit_map job for the closed-form methods (mat, rrr), one train_map job for each trained
+    # method; 2 layers: njtc, nnjtc and rrr (NJTC's pairs) fit every pair (auto), the tuned lens
     # the pairs into the last
-    assert ran["fit_map"] == 1 and ran["train_map"] == 1
+    assert ran["fit_map"] == 1 and ran["train_map"] == len(TRAINED)
     # training reports its progress in the job's log: pairs done, time, time left
-    fit_log = (tmp_path / "logs/fit_map/gpt/mini.log").read_text()
-    assert "train njtc: 3/3 layer pairs (100%)" in fit_log
+    njtc_log = (tmp_path / "logs/train_map/gpt/mini/njtc.log").read_text()
+    assert "train njtc: 3/3 layer pairs (100%)" in njtc_log
     assert (
         "train tuned_lens: 2/2 layer pairs (100%)"
         in (tmp_path / "logs/train_map/gpt/mini/tuned_lens.log").read_text()
@@ -208,12 +208,10 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
         assert all(np.array_equal(got[k], nnjtc_map.tensors[k]) for k in got)
     assert (tmp_path / "results/figures/gpt/mini/r2.png").stat().st_size
 
-    # one method's training setting: its fit_map job and what reads the maps, nothing else
-    # (not the tuned lens); then nothing is left to do
-    config["training"]["njtc"]["learning_rate"] = 0.02
-    write_config(tmp_path, config)
-    assert rules_run(run_snakemake(tmp_path, "all")) == {
-        "fit_map": 1,
+    # one method's training setting: its train_map job and what reads the maps, nothing else
+    # (not mat's and rrr's fit_map job, nor the other trained methods'); then nothing is left
+    reads_njtc = {
+        "train_map": 1,
         "r2_table": 1,
         "plot_r2": 1,
         "parameter_table": 1,
@@ -226,7 +224,19 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
         "headline_table": 1,
         "all": 1,
     }
+    config["training"]["njtc"]["learning_rate"] = 0.02
+    write_config(tmp_path, config)
+    assert rules_run(run_snakemake(tmp_path, "all")) == reads_njtc
     assert rules_run(run_snakemake(tmp_path, "all", "-n")) == {}
+    # the rows it trains on (training.njtc.positions) and its epochs: planned alike, njtc's job
+    for key, value in (("positions", 1), ("max_epochs", 4)):
+        changed = {**config, "training": {**config["training"]}}
+        changed["training"]["njtc"] = {**config["training"]["njtc"], key: value}
+        write_config(tmp_path, changed)
+        plan = run_snakemake(tmp_path, "all", "-n")
+        assert rules_run(plan) == reads_njtc, key
+        assert planned(plan, "method") == {"njtc"}, key
+    write_config(tmp_path, config)
     # (the maps of these settings, for the same-seed check below; the header's key order is
     # not fixed by safetensors: compare tensors and metadata)
     nnjtc = tmp_path / "results/maps/gpt/mini/nnjtc.safetensors"
@@ -243,7 +253,7 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
     config["training"]["njtc"]["targets"] = "last"
     write_config(tmp_path, config)
     ran = rules_run(run_snakemake(tmp_path, r2_target))
-    assert ran == {"fit_map": 1, "r2_table": 1}  # (not train_map)
+    assert ran == {"fit_map": 1, "train_map": 1, "r2_table": 1}  # rrr's and njtc's, no other
     assert pairs_of("njtc") == pairs_of("rrr") == {(0, 2), (1, 2)}
     assert pairs_of("nnjtc") == {(0, 1), (0, 2), (1, 2)}
     config["training"]["rrr"] = {"targets": "auto"}  # its own: every pair, as before
@@ -255,7 +265,8 @@ def test_trained_methods_reach_every_table_and_rerun_alone(tiny_run, tmp_path):
     config["training"]["njtc"].pop("targets")
     config["training"].pop("rrr")
     write_config(tmp_path, config)
-    assert rules_run(run_snakemake(tmp_path, r2_target)) == {"fit_map": 1, "r2_table": 1}
+    # (rrr's targets stay auto, its own then njtc's again: its fit_map job is not rerun)
+    assert rules_run(run_snakemake(tmp_path, r2_target)) == {"train_map": 1, "r2_table": 1}
     assert pairs_of("njtc") == pairs_of("rrr") == {(0, 1), (0, 2), (1, 2)}
     again = load_file(nnjtc)
     assert sorted(again) == sorted(first) and read_metadata(nnjtc) == first_meta

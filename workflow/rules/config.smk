@@ -48,10 +48,10 @@ MODELS = EXPERIMENT.models
 CORPORA = EXPERIMENT.corpora
 METHODS = EXPERIMENT.methods
 MAP_METHODS = EXPERIMENT.map_methods
-# fitted from the training states alone, one fit_map job per (model, corpus) for all of them;
-# trained through the model's decoder head, one train_map job per (model, corpus, method)
-STATE_METHODS = EXPERIMENT.state_methods
-HEAD_METHODS = EXPERIMENT.head_methods
+# solved in closed form (mat, rrr), one fit_map job per (model, corpus) for all of them;
+# trained by gradient descent, one train_map job per (model, corpus, method)
+CLOSED_METHODS = EXPERIMENT.closed_methods
+TRAINED_METHODS = EXPERIMENT.trained_methods
 PREDICTING = EXPERIMENT.predicting
 SUBMODULES = EXPERIMENT.submodules
 SUBMODULE_CORPORA = EXPERIMENT.submodule_corpora

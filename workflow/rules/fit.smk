@@ -1,23 +1,24 @@
-# The shortcut maps, one file per (model, corpus, method). fit_map fits every method that needs
-# the training states alone (mat and rrr in closed form, NJTC and N-NJTC by gradient descent)
-# in one job per (model, corpus), reading the states once; train_map trains a method through
-# the model's decoder head (the tuned lens), one job per (model, corpus, method). Each method's
-# config block training.<method> is one param, read through its settings object (jtc.settings).
-from jtc.settings import TrainSettings
+# The shortcut maps, one file per (model, corpus, method). fit_map solves the closed-form
+# methods (mat, rrr) in one job per (model, corpus), reading the training states once;
+# train_map trains one method by gradient descent (NJTC, N-NJTC, the one-map methods, and the
+# tuned lens through the model's decoder head), one job per (model, corpus, method), on the
+# rows its training.<method>.positions keeps: changing one trained method's settings retrains
+# it alone. Each method's config block training.<method> is one param, read through its
+# settings object (jtc.settings).
 from jtc.shortcuts.methods import settings_param
 
 
 include: "inputs/fit.smk"
 
 
-if STATE_METHODS:
+if CLOSED_METHODS:
 
     rule fit_map:
         input:
             unpack(fit_inputs),
         output:
             # one file per method, in the order of params.settings
-            expand(paths.MAP, method=STATE_METHODS, allow_missing=True),
+            expand(paths.MAP, method=CLOSED_METHODS, allow_missing=True),
         log:
             "logs/fit_map/{model}/{corpus}.log",
         benchmark:
@@ -30,7 +31,7 @@ if STATE_METHODS:
             runtime=runtime("fit_map"),
             gpu_memory_percent=gpu_share("fit_map"),
         params:
-            settings={m: settings_param(config, m) for m in STATE_METHODS},
+            settings={m: settings_param(config, m) for m in CLOSED_METHODS},
             seed=config["seed"],
             code=code_hash("fit_map"),
         script:
@@ -47,7 +48,7 @@ rule train_map:
     benchmark:
         "benchmarks/train_map/{model}/{corpus}/{method}.tsv"
     wildcard_constraints:
-        method=_alternatives(HEAD_METHODS),
+        method=_alternatives(TRAINED_METHODS),
     conda:
         "../envs/jtc.yaml"
     threads: config["threads"]
@@ -56,7 +57,7 @@ rule train_map:
         runtime=runtime("train_map"),
         gpu_memory_percent=gpu_share("train_map"),
     params:
-        settings=lambda w: TrainSettings.param(config, w.method),
+        settings=lambda w: settings_param(config, w.method),
         seed=config["seed"],
         code=code_hash("train_map"),
     script:

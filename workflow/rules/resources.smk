@@ -12,17 +12,20 @@ from jtc.pipeline.resources import (
 
 def _stage_shape(stage, wildcards, split):
     """The job's model shape and sentences (jtc.pipeline.resources.stage_shape); a job with a
-    split wildcard reads that split."""
+    split wildcard reads that split, a train_map job its method's rows."""
     return stage_shape(
-        stage, config, wildcards.model, getattr(wildcards, "split", split)
+        stage,
+        config,
+        wildcards.model,
+        getattr(wildcards, "split", split),
+        getattr(wildcards, "method", None),
     )
 
 
 def _epochs(wildcards):
-    """Epochs of a train_map job's method, or those of every trained method of a fit_map job;
-    at least 1."""
+    """Epochs of a train_map job's method; 1 for a job that trains none."""
     method = getattr(wildcards, "method", None)
-    return trained_epochs(config, [method] if method else STATE_METHODS)
+    return trained_epochs(config, [method] if method else [])
 
 
 def mem_mb(stage, split="train"):

@@ -6,7 +6,7 @@ with job(snakemake):
     train_map(
         snakemake.input.train,
         snakemake.output[0],
-        model_dir=snakemake.input.model,
+        model_dir=snakemake.input.get("model"),
         method=snakemake.wildcards.method,
         settings=dict(p.settings),
         seed=p.seed,

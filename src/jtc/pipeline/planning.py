@@ -257,16 +257,16 @@ class Experiment:
         return [m for m in self.methods if m != "id"]
 
     @property
-    def state_methods(self) -> list[str]:
-        """Fitted from the training states alone, one fit_map job per (model, corpus) for all
-        of them."""
-        return [m for m in self.map_methods if not METHODS[m].needs_head]
+    def closed_methods(self) -> list[str]:
+        """Solved in closed form (mat, rrr), one fit_map job per (model, corpus) for all of
+        them, reading the training states once."""
+        return [m for m in self.map_methods if not METHODS[m].trained]
 
     @property
-    def head_methods(self) -> list[str]:
-        """Trained through the model's decoder head, one train_map job per (model, corpus,
-        method)."""
-        return [m for m in self.map_methods if METHODS[m].needs_head]
+    def trained_methods(self) -> list[str]:
+        """Trained by gradient descent (NJTC, N-NJTC, the one-map methods, the tuned lens), one
+        train_map job per (model, corpus, method): changing one's settings retrains it alone."""
+        return [m for m in self.map_methods if METHODS[m].trained]
 
     @property
     def submodule_corpora(self) -> list[str]:
@@ -295,9 +295,9 @@ class Experiment:
                 done = dict(model=model, corpus=corpus)
                 targets += outputs_of("extract_hidden", **done, split=["train", "validation"])
                 names = ["r2_table", "plot_r2", "parameter_table"]
-                if self.state_methods:
+                if self.closed_methods:
                     names.append("fit_map")
-                for method in self.head_methods:
+                for method in self.trained_methods:
                     if method in self.methods_for(model):
                         targets += outputs_of("train_map", **done, method=method)
                 if model in self.predicting:

@@ -82,6 +82,9 @@ class Shape:
     cosine_passes: int = 0
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
     batch: int = 32  # run_benchmarks, calibrate_pruning: sequences per batch (config batch_size)
+    # train_map: its method is trained through the model's decoder head (the tuned lens), which
+    # the job holds and decodes every row through; else from the training states alone
+    head: bool = True
 
     @property
     def sentences(self) -> int:
@@ -163,13 +166,19 @@ def _header(paths: tuple[Path, ...]) -> GGUFShape:
     return read_shape(paths)
 
 
-def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> Shape:
+def stage_shape(
+    stage: str, config: dict[str, Any], model: str, split: str, method: str | None = None
+) -> Shape:
     """The shape of a job of `stage` for `model`, reading the `split`'s sentences: the model's
     once it is cached (before, a local source folder's, else a large default); for
-    replace_parts its sentences, jump layers and runs, and for the depth-pruning jobs theirs
-    (_pruning_shape). The depth is the shape's (its default before the model is cached): a resource
+    replace_parts its sentences, jump layers and runs, for the depth-pruning jobs theirs
+    (_pruning_shape), and for a train_map job of `method` the rows its
+    training.<method>.positions keeps (trained_rows_per_sentence) and whether it holds the
+    head. The depth is the shape's (its default before the model is cached): a resource
     function must not wait for the resolve_model checkpoint."""
     tokens, positions = config["max_tokens"], rows_per_sentence(config, split)
+    if stage == "train_map" and method is not None:
+        positions = trained_rows_per_sentence(config, method, positions)
     rows = config["sizes"][split] * positions
     model_dir = Path(paths.MODEL.format(model=model))
     if (model_dir / "info.json").exists():
@@ -177,6 +186,8 @@ def stage_shape(stage: str, config: dict[str, Any], model: str, split: str) -> S
     else:  # not cached yet (resolve_model's own job): the source's shape where it tells one
         shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
     shape = dataclasses.replace(shape, positions=positions)
+    if stage == "train_map" and method is not None:
+        return dataclasses.replace(shape, head=METHODS[method].needs_head)
     if stage in ("calibrate_pruning", "run_pruned"):
         return _pruning_shape(stage, config, shape)
     if stage == "run_benchmarks":
@@ -277,6 +288,13 @@ def rows_per_sentence(config: dict[str, Any], split: str) -> int:
     return min(tokens, SENTENCE_TOKENS) if count == "all" else min(int(count), tokens)
 
 
+def trained_rows_per_sentence(config: dict[str, Any], method: str, stored: int) -> int:
+    """The rows a sentence gives a trained method: its training.<method>.positions of the
+    `stored` rows (rows_per_sentence), all of them for "all"."""
+    kept = TrainSettings.from_config(config, method).positions
+    return stored if kept == "all" else min(stored, int(kept))
+
+
 def trained_epochs(config: dict[str, Any], methods: Iterable[str]) -> int:
     """The epochs of the trained ones of these methods added up (max_epochs of each one's
     settings object, config training.<method>), at least 1."""
@@ -312,11 +330,15 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "extract_hidden":  # the model, activations, at most 2,048 sentences' states
         need = s.model_mb + s.states_mb(min(s.rows, 2048 * s.positions), itemsize=8)
     elif stage == "fit_map":  # the layers' states it keeps (at most KEEP_BYTES, and one read
-        # again); float64 X, its projection, one target; per pair, the reduced-rank fit's and
-        # the trained start's width × width work arrays; a source layer's float32 maps to every
-        # later layer, of both closed-form methods: a float64 square's bytes a layer (Qwen2.5
-        # 1.5B: 1.8 GB at the peak, 2026-11-28)
+        # again); float64 X, its projection, one target; per pair, the reduced-rank fit's
+        # width × width work arrays; a source layer's float32 maps to every later layer, of
+        # both closed-form methods: a float64 square's bytes a layer (Qwen2.5 1.5B: 1.8 GB at
+        # the peak, 2026-11-28)
         need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + (8 + s.layers) * square_mb + 64
+    elif stage == "train_map" and not s.head:  # NJTC, N-NJTC, the one-map methods: the rows
+        # kept, the reduced-rank start's float64 X, projection and target, its width × width
+        # work arrays, and the factors with their gradients and Adam's moments
+        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + 8 * square_mb + 64
     elif stage == "train_map":  # the tuned lens: the head, a batch of logits, the least-squares
         # start (float64) and the map with its gradient and Adam's moments
         need = (
@@ -412,10 +434,12 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = 2 * s.parameters * s.rows * s.tokens * s.runs
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
-    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target;
-        # and the low-rank methods' epochs (theirs added up), a pair per source layer
+    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target
         flop = s.rows * s.width**2 * (s.layers + 2) ** 2
-        flop += s.layers * epochs * s.rows * s.width * 8 * s.width
+    elif stage == "train_map" and not s.head:  # a low-rank method's epochs, a pair per source
+        # layer, after its reduced-rank start (a Gram per source)
+        flop = s.layers * epochs * s.rows * s.width * 8 * s.width
+        flop += s.layers * s.rows * s.width**2
     elif stage == "train_map":  # per source, the tuned lens: 4 vocabulary products per row/epoch
         flop = s.layers * epochs * s.rows * s.width * (4 * s.vocab + 8 * s.width)
     elif stage == "r2_table":

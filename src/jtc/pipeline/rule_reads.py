@@ -37,8 +37,8 @@ DERIVED = {
     "CORPORA": (("corpora",),),
     "PREDICTING": (("models", "*", "predict"),),
     "MAP_METHODS": (("methods",),),
-    "STATE_METHODS": (("methods",),),
-    "HEAD_METHODS": (("methods",),),
+    "CLOSED_METHODS": (("methods",),),
+    "TRAINED_METHODS": (("methods",),),
     "methods_for": (("methods",), ("models", "*", "predict")),
     "EXPERIMENT.prunes": (("pruning", "models"), ("pruning", "corpora"), ("corpora",)),
 }

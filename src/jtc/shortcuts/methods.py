@@ -2,12 +2,13 @@
 
 Every method but id stores its maps the same way (jtc.shortcuts.maps), one file per model, corpus
 and method, so the stages that use maps need no method-specific code. Only the fitting differs:
-mat and rrr are solved in closed form (jtc.shortcuts.closed_form), the others are trained
-(jtc.shortcuts.train, jtc.shortcuts.lens); every method that needs the training states alone is
-fitted by jtc.shortcuts.fit.fit_method (rule fit_map, one job per (model, corpus)), and the
-tuned lens, trained through the model's head, by jtc.shortcuts.lens.fit_tuned_lens (rule
-train_map). A method's config block training.<method> is read through its settings object
-(jtc.settings: LowRankSettings, RankSettings or TrainSettings), defaults from the schema.
+mat and rrr are solved in closed form (jtc.shortcuts.closed_form; `trained` false: rule
+fit_map, one job per (model, corpus) for both), the others are trained (`trained` true: rule
+train_map, one job per (model, corpus, method)): from the training states alone by
+jtc.shortcuts.fit.fit_method (jtc.shortcuts.train), through the model's head by
+jtc.shortcuts.lens.fit_tuned_lens (`needs_head`). A method's config block training.<method> is
+read through its settings object (jtc.settings: LowRankSettings, RankSettings or TrainSettings),
+defaults from the schema.
 """
 
 from __future__ import annotations

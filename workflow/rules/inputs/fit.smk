@@ -1,5 +1,6 @@
 # The input and params functions of the rules in fit.smk, which includes this file at its
 # top. Those that several families share are in shared.smk.
+from jtc.shortcuts.methods import METHODS as METHOD_RECORDS
 
 
 def fit_inputs(wildcards):
@@ -9,7 +10,10 @@ def fit_inputs(wildcards):
 
 
 def train_inputs(wildcards):
-    """The training states and the cached model, checked for a decoder head."""
+    """The training states, and for a method trained through the decoder head (the tuned
+    lens) the cached model, checked for a head."""
+    if not METHOD_RECORDS[wildcards.method].needs_head:
+        return fit_inputs(wildcards)
     return {
         "train": hidden(wildcards, "train"),
         "model": checked_model_dir(wildcards.model, predict=True),
