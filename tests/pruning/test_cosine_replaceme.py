@@ -219,7 +219,8 @@ def test_the_settings_reach_the_calibration():
 def test_the_calibration_jobs_request_counts_the_rows_and_the_passes(tmp_path, monkeypatch):
     """calibrate_pruning's memory and time requests grow with replaceme_cosine's rows (every
     start's X and every start's and end's h) and its Adam passes (spans × epochs)."""
-    from jtc.pipeline.resources import memory_mb, runtime_minutes, stage_shape
+    from jtc.pipeline.job_shape import stage_shape
+    from jtc.pipeline.resources import memory_mb, runtime_minutes
 
     monkeypatch.chdir(tmp_path)  # no cached model: the large default shape
     shapes = {}

@@ -14,7 +14,8 @@ from harness import JOB_LINE, copy_run, read_config, run_snakemake, snapshot
 
 from jtc import paths
 from jtc.pipeline.gpus import MIB
-from jtc.pipeline.resources import Shape, gpu_memory_percent
+from jtc.pipeline.job_shape import Shape
+from jtc.pipeline.resources import gpu_memory_percent
 
 pytestmark = pytest.mark.workflow
 

@@ -1,17 +1,12 @@
 # What each job asks of the machine (jtc.pipeline.resources): memory and run time, for a
 # cluster's scheduler, and its share of the local GPU's memory; and that GPU, probed once.
 from jtc.pipeline.gpus import local_gpu
-from jtc.pipeline.resources import (
-    gpu_memory_percent,
-    memory_mb,
-    runtime_minutes,
-    stage_shape,
-    trained_epochs,
-)
+from jtc.pipeline.job_shape import stage_shape, trained_epochs
+from jtc.pipeline.resources import gpu_memory_percent, memory_mb, runtime_minutes
 
 
 def _stage_shape(stage, wildcards, split):
-    """The job's model shape and sentences (jtc.pipeline.resources.stage_shape); a job with a
+    """The job's model shape and sentences (jtc.pipeline.job_shape.stage_shape); a job with a
     split wildcard reads that split, a train_map job its method's rows."""
     return stage_shape(
         stage,
