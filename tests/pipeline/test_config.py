@@ -383,7 +383,7 @@ def test_pruning_settings_are_checked_while_planning():
         validate_config({**base, "pruning": {"variants": ["shortcut"]}})
     config = validate_config({**base, "pruning": {"models": ["m"]}})
     assert config["pruning"]["variants"] == ["drop", "mat", "replaceme", "low_rank"]
-    assert config["pruning"]["export_selection"] == "angular_distance"
+    assert config["pruning"]["export_selection"] == "measured"
     assert config["pruning"]["ridge"] == 0
     experiment = Experiment.of(config)
     assert experiment.prunes("m", "c") and not experiment.prunes("e", "c")

@@ -336,7 +336,7 @@ def test_the_exported_span_is_the_one_the_rule_chose_at_the_length():
         {"length": n, "variant": v, "selection": "measured", "start": start}
         for n, v, start in ((2, "replaceme", 3), (4, "replaceme", 1), (4, "drop", 5))
     ]
-    assert ExportSettings.defaults().export_selection == "angular_distance"  # the default
+    assert ExportSettings.defaults().export_selection == "measured"  # the default
     settings = ExportSettings.defaults(export_variant="replaceme", export_selection="measured")
     assert exported_span(rows, 16, settings, "m") == (1, 4)
     assert exported_span(rows, 12, settings, "m") == (3, 2)  # 2 and 4 as close: the shorter
