@@ -1,15 +1,16 @@
 """Study behind docs/findings.md, "An exportable stand-in: ReplaceMe's map in a rotated stream"
-(the paired ratios against replaceme; numbers of commit c31ee51).
+(the paired ratios against replaceme; numbers of commit c31ee51), and "Depth pruning on running
+text" (one context column pair per context length).
 
 Depth pruning's stand-ins side by side, from a finished run's results: for each corpus and
 length, the span a selection rule chose for each variant, its next-token perplexity ratio on the
-selected sentences and at a real context (windows), each with its 95% interval, and the paired
-ratio against a reference variant (ReplaceMe by default) on the same sentences or windows:
-exp((CE_variant − CE_reference) / tokens), resampled by sentence or window, so that an interval
-below 1 says the variant beats the reference on these tokens.
+selected sentences and at each real context (windows of each length), each with its 95%
+interval, and the paired ratio against a reference variant (ReplaceMe by default) on the same
+sentences or windows: exp((CE_variant − CE_reference) / tokens), resampled by sentence or
+window, so that an interval below 1 says the variant beats the reference on these tokens.
 
     .venv/bin/python studies/compare_stand_ins.py RUN_FOLDER [--model smollm2]
-        [--rule angular_distance] [--reference replaceme]
+        [--rule angular_distance] [--reference replaceme] [--contexts 512 2048]
 
 Reads results/pruning/MODEL/CORPUS/{selection,selected_runs,context_windows,
 generation_prompts}.parquet (what `pruning_tables` and the measures read); writes nothing.
@@ -47,7 +48,9 @@ def fmt(values: tuple[float, ...] | None) -> str:
     return "—" if values is None else f"{values[0]:.2f} [{values[1]:.2f}, {values[2]:.2f}]"
 
 
-def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) -> list[list[str]]:
+def compare(
+    folder: Path, model: str, corpus: str, rule: str, reference: str, contexts: list[int]
+) -> list[list[str]]:
     base = folder / "results" / "pruning" / model / corpus
     selection = [
         r for r in pq.read_table(base / "selection.parquet").to_pylist() if r["selection"] == rule
@@ -61,26 +64,28 @@ def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) ->
     rows = []
     for n in sorted({r["length"] for r in selection}):
         chosen = {r["variant"]: r for r in selection if r["length"] == n}
-        sentences, contexts = {}, {}
+        units = {"sentences": {}} | {c: {} for c in contexts}
         for variant, row in chosen.items():
-            sentences[variant] = unit_sums(
+            units["sentences"][variant] = unit_sums(
                 [r for r in selected if (r["variant"], r["removed"]) == (variant, row["removed"])],
                 "sentence_id",
             )
-            contexts[variant] = unit_sums(
-                [
-                    r
-                    for r in windows
-                    if (r["variant"], r["length"], r["start"]) == (variant, n, row["start"])
-                ],
-                "window",
-            )
+            for context in contexts:
+                units[context][variant] = unit_sums(
+                    [
+                        r
+                        for r in windows
+                        if (r["variant"], r["length"], r["start"], r["context"])
+                        == (variant, n, row["start"], context)
+                    ],
+                    "window",
+                )
         for variant, row in chosen.items():
             alone = {}
-            for name, units in (("sentences", sentences), ("context", contexts)):
-                if units[variant]:
+            for name, runs in units.items():
+                if runs[variant]:
                     ce, full, tokens = (
-                        np.array(v, dtype=float) for v in zip(*units[variant].values(), strict=True)
+                        np.array(v, dtype=float) for v in zip(*runs[variant].values(), strict=True)
                     )
                     alone[name] = perplexity_ratio(ce, full, tokens)
             agree = [
@@ -99,10 +104,11 @@ def compare(folder: Path, model: str, corpus: str, rule: str, reference: str) ->
                     str(n),
                     row["removed"],
                     variant,
-                    fmt(alone.get("sentences")),
-                    fmt(paired(sentences, variant, reference)),
-                    fmt(alone.get("context")),
-                    fmt(paired(contexts, variant, reference)),
+                    *(
+                        text
+                        for name, runs in units.items()
+                        for text in (fmt(alone.get(name)), fmt(paired(runs, variant, reference)))
+                    ),
                     share,
                 ]
             )
@@ -115,22 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--rule", default="angular_distance")
     parser.add_argument("--reference", default="replaceme")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[512])
     args = parser.parse_args(argv)
-    head = [
-        "corpus",
-        "n",
-        "removed",
-        "variant",
-        "sentences: ratio",
-        f"vs {args.reference}",
-        "context: ratio",
-        f"vs {args.reference}",
-        "generation",
-    ]
+    head = ["corpus", "n", "removed", "variant", "sentences: ratio", f"vs {args.reference}"]
+    for context in args.contexts:
+        head += [f"context {context}: ratio", f"vs {args.reference}"]
+    head += ["generation"]
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     for corpus in sorted(p.name for p in (args.folder / "results/pruning" / args.model).iterdir()):
-        for row in compare(args.folder, args.model, corpus, args.rule, args.reference):
+        for row in compare(
+            args.folder, args.model, corpus, args.rule, args.reference, args.contexts
+        ):
             print("| " + " | ".join(row) + " |")
     return 0
 
