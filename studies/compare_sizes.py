@@ -179,19 +179,20 @@ def figure(results: Results, models: list[str], corpus: str, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METHODS), figsize=(4 * len(METHODS), 3.4), sharey=True)
-    for model in models:
-        scores = table(results, model, corpus, "prediction.parquet")
-        if scores is None:
-            continue
+    tables = {m: table(results, m, corpus, "prediction.parquet") for m in models}
+    tables = {m: t for m, t in tables.items() if t is not None}
+    # a panel per method some run scored (runs without the tuned lens draw no empty panel)
+    methods = [m for m in METHODS if any((t["method"] == m).any() for t in tables.values())]
+    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.4), sharey=True)
+    for model, scores in tables.items():
         layers = scores["layer"].max()
-        for ax, method in zip(axes, METHODS, strict=True):
+        for ax, method in zip(axes, methods, strict=True):
             pick = scores[(scores["method"] == method) & (scores["metric"] == "precision@1")]
             pick = pick.sort_values("layer")
             x = pick["layer"] / layers
             line = ax.plot(x, pick["mean"], label=model)[0]
             ax.fill_between(x, pick["ci_low"], pick["ci_high"], alpha=0.2, color=line.get_color())
-    for ax, method in zip(axes, METHODS, strict=True):
+    for ax, method in zip(axes, methods, strict=True):
         ax.set_title(method)
         ax.set_xlabel("layer / depth")
         ax.grid(alpha=0.3)
