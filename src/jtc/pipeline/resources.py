@@ -105,6 +105,10 @@ def _data_mb(stage: str, shape: Shape) -> float:
         # every position, float32 as captured and float64 as summed (jtc.pruning.spans)
         batch = sums_batch(s.batch, s.tokens, s.layers, s.width)
         batch_mb = batch * sums_batch_bytes(s.tokens, s.layers, s.width) / 1e6
+        # and a block's own activations in the forward (attention, MLP): ~16 floats a token and
+        # width (SmolLM2 on 3 windows of 2,048 tokens peaked at 3,645 MB, 101% of the request
+        # without them)
+        batch_mb += batch * s.tokens * 16 * s.width * 4 / 1e6
         need = s.model_mb + s.matrices * square_mb + batch_mb + 64
         # replaceme_cosine's rows (half the longest sentence on average), as kept and once
         # gathered again from the batches' parts
