@@ -107,7 +107,7 @@ def test_smoke_experiment_runs_every_stage(early_runs):
     assert "not part of this experiment" not in exported.stderr
     written = json.loads((workdir / "results/pruned/smollm2/news/config.json").read_text())
     assert written["num_hidden_layers"] == 30 - 8
-    # 16 calibration sentences (352 tokens) for a width of 576: the export says what it is worth
+    # 2 calibration windows of 160 tokens for a width of 576: the export says what it is worth
     described = json.loads((workdir / "results/pruned/smollm2/news/pruning.json").read_text())
     assert "fewer than the width" in described["caveat"]
 
