@@ -8,7 +8,6 @@ model it prunes (`model_problem`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from jtc.files.tensors import read_tensor_file
 from jtc.model.manifest import model_fingerprint
 from jtc.pruning.fits import SpanFit
 from jtc.pruning.variants import ROTATION_PART, variant_of
-from jtc.shortcuts.maps import PARTS, ShortcutMap, _MapFileWriter
+from jtc.shortcuts.maps import PARTS, ShortcutMap, _MapFileWriter, decoded_metadata
 
 SPAN_FORMAT = "jtc-span-maps-v1"
 MODEL_FINGERPRINT = "model_fingerprint"  # the metadata key of the fitted model's fingerprint
@@ -150,14 +149,8 @@ def calibration_record(path: str | Path) -> dict[str, object]:
     its size in tokens, the ridge and the low-rank stand-in's rank), for pruning.json; a key an
     older file lacks is None."""
     _, meta = read_tensor_file(path, SPAN_FORMAT, "span map", lambda name: False)
-    record: dict[str, object] = {}
-    for key in CALIBRATION_KEYS:
-        value = meta.get(key)
-        try:
-            record[key] = json.loads(value) if key != "corpus" and value is not None else value
-        except json.JSONDecodeError:
-            record[key] = value
-    return record
+    decoded = decoded_metadata(meta)
+    return {key: decoded.get(key) for key in CALIBRATION_KEYS}
 
 
 def model_problem(path: str | Path, model_dir: str | Path) -> str | None:

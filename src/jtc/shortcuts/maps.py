@@ -320,9 +320,9 @@ def parameter_table(
     return rows_table(rows, PARAMETER_COLUMNS)
 
 
-def read_metadata(path: str | Path) -> dict[str, object]:
-    """A map file's metadata, numbers and lists decoded from their JSON text."""
-    _, meta = _read(path, -1, -1)
+def decoded_metadata(meta: Mapping[str, str]) -> dict[str, object]:
+    """A map file's metadata as _MapFileWriter wrote it: numbers and lists decoded from their
+    JSON text, strings as they are."""
     decoded: dict[str, object] = {}
     for key, text in meta.items():
         try:
@@ -330,6 +330,12 @@ def read_metadata(path: str | Path) -> dict[str, object]:
         except ValueError:
             decoded[key] = text
     return decoded
+
+
+def read_metadata(path: str | Path) -> dict[str, object]:
+    """A map file's metadata, numbers and lists decoded from their JSON text."""
+    _, meta = _read(path, -1, -1)
+    return decoded_metadata(meta)
 
 
 # --- sub-module maps: one file per model and corpus, a full matrix per block part -------------
