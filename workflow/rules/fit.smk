@@ -32,6 +32,7 @@ if CLOSED_METHODS:
             gpu_memory_percent=gpu_share("fit_map"),
         params:
             settings={m: settings_param(config, m) for m in CLOSED_METHODS},
+            maps=config["maps"],
             seed=config["seed"],
             code=code_hash("fit_map"),
         script:
