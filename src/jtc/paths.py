@@ -17,8 +17,10 @@ MODEL = f"{RESULTS}/models/{{model}}"  # the cached model (safetensors, tokenize
 HIDDEN = f"{RESULTS}/hidden/{{model}}/{{corpus}}/{{split}}"  # layer states, one file a layer
 PARTS = f"{RESULTS}/parts/{{model}}/{{corpus}}/{{split}}"  # block parts' inputs and outputs
 # a method's maps from every source layer (written by fit_map for mat and rrr, train_map for a
-# trained method)
+# trained method); mat's and rrr's keep the pairs config maps.pairs says
 MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}.safetensors"
+# r² of every pair of a closed-form method, scored by fit_map as it solves the maps
+MAP_R2 = f"{RESULTS}/maps/{{model}}/{{corpus}}/{{method}}_r2.parquet"
 PART_MAP = f"{RESULTS}/maps/{{model}}/{{corpus}}/parts.safetensors"  # a map per block part
 # the low-rank factorisation of the head that the shortlist exit check uses
 # (jtc.evaluation.shortlist)

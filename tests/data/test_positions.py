@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from fits import fit_map
 from safetensors.numpy import load_file
 
 from jtc.data.states import LayerStates, StateWriter, layer_file
@@ -15,7 +16,6 @@ from jtc.files.io import write_json
 from jtc.settings import LowRankSettings
 from jtc.shortcuts.maps import read_metadata
 from jtc.shortcuts.train import held_out_rows
-from jtc.stages.fit import fit_map
 
 LAYERS = 3
 SETTINGS = {

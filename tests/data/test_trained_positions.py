@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from fits import fit_map
 
 from jtc.data.positions import RowSubset, draw_positions, subsample_rows, training_rows_for
 from jtc.data.states import LayerStates, StateWriter, layer_file
@@ -13,7 +14,6 @@ from jtc.files.io import write_json
 from jtc.settings import LowRankSettings
 from jtc.shortcuts.maps import read_metadata
 from jtc.shortcuts.underdetermined import TRAINING_ROWS
-from jtc.stages.fit import fit_map
 
 
 def stored(lengths):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from architectures import ARCHITECTURES, build, matrix_rows, readme_table
+from fits import fit_map
 from harness import ROOT
 from tiny import make_tokenizer, write_sentences
 
@@ -24,7 +25,6 @@ from jtc.model.classes import task_of
 from jtc.model.head import Head, load_decoder_head
 from jtc.model.hooks import PartRecorder, StateRecorder
 from jtc.stages.corpora import prepare_corpus
-from jtc.stages.fit import fit_map
 from jtc.stages.hidden import extract_hidden
 from jtc.stages.models import resolve_model
 from jtc.stages.prediction import decode_predictions

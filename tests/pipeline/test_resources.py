@@ -112,7 +112,9 @@ def test_a_jobs_shape_follows_its_split_and_replace_parts_its_runs(tmp_path, mon
         }
     )
     tokens = config["max_tokens"]
-    assert stage_shape("fit_map", config, "m", "train") == Shape(rows=300, tokens=tokens)
+    # fit_map scores every pair on the validation rows (one position a sentence) as it fits
+    fit = Shape(rows=300, tokens=tokens, validation_rows=100)
+    assert stage_shape("fit_map", config, "m", "train") == fit
     assert stage_shape("r2_table", config, "m", "validation") == Shape(rows=100, tokens=tokens)
     # every token stored (SENTENCE_TOKENS a sentence counted): a train_map job counts the rows
     # its method's positions keep, and holds the head for the tuned lens only

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from docutils.core import publish_parts
+from fits import fit_map
 from jinja2 import Environment
 from tables import parameters, r2_table
 
@@ -19,7 +20,6 @@ from jtc.report.headline import Tables, headline_rows, headline_table, landing_s
 from jtc.settings import LowRankSettings, TrainSettings
 from jtc.shortcuts.maps import read_metadata
 from jtc.shortcuts.underdetermined import TRAINING_ROWS, underdetermined
-from jtc.stages.fit import fit_map
 from jtc.stages.metrics import parameter_table
 from jtc.stages.submodules import fit_parts, part_r2_table
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from archives import make_tar
 from damage import flip_data_page_byte
+from fits import fit_map
 from tiny import make_model, save_model
 
 from jtc.data import corpus, sources
@@ -21,7 +22,6 @@ from jtc.files.tensors import TensorWriter
 from jtc.model.cache import cache_model, load_cached, model_info
 from jtc.model.sources import ModelSourceError
 from jtc.shortcuts.maps import FORMAT, load_map, load_part_maps, save_maps, save_part_maps
-from jtc.stages.fit import fit_map
 
 ROOT = Path(__file__).parents[2]
 

@@ -1,5 +1,7 @@
 # The shortcut maps, one file per (model, corpus, method). fit_map solves the closed-form
-# methods (mat, rrr) in one job per (model, corpus), reading the training states once;
+# methods (mat, rrr) in one job per (model, corpus), reading the training states once, scores
+# every pair on the validation states as it goes (a table per method) and keeps the maps
+# config maps says (into the last layer, or every pair);
 # train_map trains one method by gradient descent (NJTC, N-NJTC, the one-map methods, and the
 # tuned lens through the model's decoder head), one job per (model, corpus, method), on the
 # rows its training.<method>.positions keeps: changing one trained method's settings retrains
@@ -15,10 +17,11 @@ if CLOSED_METHODS:
 
     rule fit_map:
         input:
-            unpack(fit_inputs),
+            unpack(closed_fit_inputs),
         output:
-            # one file per method, in the order of params.settings
-            expand(paths.MAP, method=CLOSED_METHODS, allow_missing=True),
+            # one file each per method, in the order of params.settings
+            maps=expand(paths.MAP, method=CLOSED_METHODS, allow_missing=True),
+            r2=expand(paths.MAP_R2, method=CLOSED_METHODS, allow_missing=True),
         log:
             "logs/fit_map/{model}/{corpus}.log",
         benchmark:

@@ -27,6 +27,8 @@ rule r2_table:
         gpu_memory_percent=gpu_share("r2_table", "validation"),
     params:
         methods=lambda w: methods_for(w.model),
+        # the closed-form methods, scored by fit_map
+        scored=lambda w: [m for m in CLOSED_METHODS if m in methods_for(w.model)],
         code=code_hash("r2_table"),
     script:
         "../scripts/r2_table.py"

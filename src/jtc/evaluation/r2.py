@@ -28,6 +28,17 @@ def r2_table(rows: list[tuple[str, str, str, int, int, float]]) -> pa.Table:
     )
 
 
+def scored_tables(
+    scores: Mapping[str, Sequence[tuple[int, int, float]]], *, model: str, corpus: str
+) -> dict[str, pa.Table]:
+    """Each method's r² of the pairs it scored as it fitted them ((source, target, r²) rows,
+    jtc.shortcuts.closed_fit) as an r² table of its own."""
+    return {
+        method: r2_table([(model, corpus, method, s, t, r2) for s, t, r2 in rows])
+        for method, rows in scores.items()
+    }
+
+
 def layer_r2_table(
     states: Sequence[np.ndarray],
     maps: Mapping[str, str | None],
@@ -35,18 +46,26 @@ def layer_r2_table(
     model: str,
     corpus: str,
     device: torch.device | None = None,
+    scored: Mapping[str, pa.Table] | None = None,
 ) -> pa.Table:
     """r² of every method on the layer pairs it maps, from the states h_0..h_L of the same rows
     (on `device`, a GPU, when given: the states are copied there once).
 
     `maps` gives, per method, its map file: a fitted method scores the pairs its file holds (a
     trained method may fit only the maps into the last layer); a method with no file (None)
-    is id, scored on every pair l < l'."""
+    is id, scored on every pair l < l'. `scored` gives, per method, its rows already scored
+    where its maps were fitted (the closed-form methods, jtc.shortcuts.closed_fit, whose files
+    may keep only the maps into the last layer): they take their place in the method order."""
+    scored = scored or {}
     n_layers = len(states) - 1
     if device is not None:
         states = [_on(device, s) for s in states]
     rows = []
-    for method in sorted(maps):
+    for method in sorted({*maps, *scored}):
+        if method in scored:
+            table = scored[method]
+            rows += zip(*(table.column(c).to_pylist() for c in R2_COLUMNS), strict=True)
+            continue
         path = maps[method]
         for source in range(n_layers):
             if path is not None:

@@ -2,7 +2,9 @@
 tensor in their metadata (safetensors itself has no checksum) that every read checks, and the
 workflow job's stamp (jtc.files.stamps). The shortcut maps (jtc.shortcuts.maps) and the
 shortlist factorisation (jtc.evaluation.shortlist) are such files, each with a format name of
-its own."""
+its own. A file's tensors are stored in float32, or in 16 bits where its writer asks
+(STORED_DTYPES: float16, or bfloat16, which numpy lacks: stored as its bits and read back as the
+float32 values they are)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from safetensors import SafetensorError, safe_open
 from jtc.files import stamps
 from jtc.files.io import CorruptFileError, atomic_path
 
+# the types a tensor can be stored in: numpy's type of the stored array, safetensors' name
+STORED_DTYPES = {
+    "float32": (np.float32, "F32"),
+    "float16": (np.float16, "F16"),
+    "bfloat16": (np.uint16, "BF16"),
+}
+
 # metadata key: {tensor name: sha256 of its name, dtype, shape and bytes}; safetensors itself has
 # no checksum, so every reader verifies the tensors it reads against these
 CHECKSUMS = "checksums"
@@ -32,12 +41,61 @@ def _digest(name: str, value: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def _bfloat16_bits(value: np.ndarray) -> np.ndarray:
+    """The bits of the bfloat16 numbers nearest to `value` (rounded to nearest, ties to even),
+    as uint16: the upper half of each float32."""
+    bits = np.ascontiguousarray(value, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _from_bfloat16_bits(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bits (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def stored(value: np.ndarray, dtype: str) -> np.ndarray:
+    """`value` as a tensor file stores it in `dtype` (STORED_DTYPES): float32 or float16 as
+    such, bfloat16 as its bits (uint16). Refuses a value that the type cannot hold (an
+    overflow to infinity: float16's largest number is 65,504)."""
+    kind, _ = STORED_DTYPES[dtype]
+    if dtype == "bfloat16":
+        result = _bfloat16_bits(value)
+        finite = np.isfinite(_from_bfloat16_bits(result))
+    else:
+        with np.errstate(over="ignore"):
+            result = np.ascontiguousarray(value, dtype=kind)
+        finite = np.isfinite(result)
+    if not finite.all() and np.isfinite(np.asarray(value)).all():
+        biggest = float(np.abs(np.asarray(value, dtype=np.float64)).max())
+        raise OverflowError(
+            f"{dtype} cannot hold a value of magnitude {biggest:.3g} (it overflows to "
+            f"infinity); store float32{' or bfloat16' if dtype == 'float16' else ''}"
+        )
+    return result
+
+
+def as_float(value: np.ndarray) -> np.ndarray:
+    """A stored tensor (stored) as the floating-point values it holds: bfloat16's bits made
+    float32, float32 and float16 as they are."""
+    return _from_bfloat16_bits(value) if value.dtype == np.uint16 else value
+
+
+def rounded(value: np.ndarray, dtype: str) -> np.ndarray:
+    """`value` rounded to `dtype` as a tensor file stores it, as float32 (what a reader gets,
+    widened)."""
+    return np.asarray(as_float(stored(value, dtype)), dtype=np.float32)
+
+
 class TensorWriter:
     """A safetensors file written one tensor at a time: the tensors' bytes go to a scratch file
     beside the result, and `close` writes the header (with every tensor's checksum) and copies
-    them after it, atomically. Memory holds one tensor at a time, whatever the file's size."""
+    them after it, atomically. Memory holds one tensor at a time, whatever the file's size.
+    Every tensor is stored in `dtype` (STORED_DTYPES)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, dtype: str = "float32"):
+        if dtype not in STORED_DTYPES:
+            raise ValueError(f"tensors cannot be stored as {dtype!r}: {', '.join(STORED_DTYPES)}")
+        self.dtype = dtype
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._data = tempfile.TemporaryFile(dir=self.path.parent)
@@ -48,10 +106,10 @@ class TensorWriter:
     def add(self, name: str, value: np.ndarray) -> None:
         if name in self._header:
             raise ValueError(f"{self.path}: tensor '{name}' written twice")
-        value = np.ascontiguousarray(value, dtype=np.float32)
+        value = stored(value, self.dtype)
         data = value.tobytes()
         self._header[name] = {
-            "dtype": "F32",
+            "dtype": STORED_DTYPES[self.dtype][1],
             "shape": list(value.shape),
             "data_offsets": [self._size, self._size + len(data)],
         }
@@ -97,6 +155,28 @@ def _verified(
     return value
 
 
+def _bfloat16_tensor(path: str | Path, name: str) -> np.ndarray:
+    """A bfloat16 tensor's bits (uint16), read straight from the file (safetensors' numpy
+    reader has no bfloat16)."""
+    with open(path, "rb") as handle:
+        (size,) = struct.unpack("<Q", handle.read(8))
+        entry = json.loads(handle.read(size))[name]
+        start, end = entry["data_offsets"]
+        handle.seek(8 + size + start)
+        data = handle.read(end - start)
+    bits = np.frombuffer(data, dtype="<u2")
+    if bits.size != int(np.prod(entry["shape"])):
+        raise ValueError(f"tensor '{name}' holds {bits.size} values, not {entry['shape']}")
+    return bits.reshape(entry["shape"])
+
+
+def _tensor(handle, path: str | Path, name: str) -> np.ndarray:
+    """A tensor as stored (bfloat16 as its bits)."""
+    if handle.get_slice(name).get_dtype() == "BF16":
+        return _bfloat16_tensor(path, name)
+    return handle.get_tensor(name)
+
+
 def read_tensor_file(
     path: str | Path, fmt: str, what: str, wanted: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -113,11 +193,11 @@ def read_tensor_file(
                 )
             stamps.check(path, stamps.parse(meta.get(stamps.KEY)))
             tensors = {
-                name: _verified(path, name, handle.get_tensor(name), meta)
+                name: as_float(_verified(path, name, _tensor(handle, path, name), meta))
                 for name in handle.keys()
                 if wanted is None or wanted(name)
             }
-    except (SafetensorError, OSError, ValueError) as exc:
+    except (SafetensorError, OSError, ValueError, KeyError) as exc:
         raise CorruptFileError(
             f"cannot read {what} file {path}: {exc}; {stamps.rebuild_hint(path)}"
         ) from exc

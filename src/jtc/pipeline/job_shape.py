@@ -64,6 +64,7 @@ class Shape:
     cosine_rows: int = 0
     cosine_passes: int = 0
     positions: int = 1  # rows per sentence (positions_per_sentence, training split): rows / this
+    validation_rows: int = 0  # fit_map: the validation rows every pair is scored on
     batch: int = 32  # run_benchmarks, calibrate_pruning: sequences per batch (config batch_size)
     # train_map: its method is trained through the model's decoder head (the tuned lens), which
     # the job holds and decodes every row through; else from the training states alone
@@ -169,6 +170,9 @@ def stage_shape(
     else:  # not cached yet (resolve_model's own job): the source's shape where it tells one
         shape = Shape.of_source(config["models"].get(model, {}), rows, tokens)
     shape = dataclasses.replace(shape, positions=positions)
+    if stage == "fit_map":
+        validation = config["sizes"]["validation"] * rows_per_sentence(config, "validation")
+        shape = dataclasses.replace(shape, validation_rows=validation)
     if stage == "train_map" and method is not None:
         return dataclasses.replace(shape, head=METHODS[method].needs_head)
     if stage in ("calibrate_pruning", "run_pruned"):

@@ -55,10 +55,13 @@ def _data_mb(stage: str, shape: Shape) -> float:
         need = s.model_mb + s.states_mb(min(s.rows, 2048 * s.positions), itemsize=8)
     elif stage == "fit_map":  # the layers' states it keeps (at most KEEP_BYTES, and one read
         # again); float64 X, its projection, one target; per pair, the reduced-rank fit's
-        # width × width work arrays; a source layer's float32 maps to every later layer, of
-        # both closed-form methods: a float64 square's bytes a layer (Qwen2.5 1.5B: 1.8 GB at
-        # the peak, 2026-11-28)
-        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + (8 + s.layers) * square_mb + 64
+        # width × width work arrays; the targets solved together (RHS_BYTES, and their maps);
+        # every validation layer in float64 and a prediction (jtc.shortcuts.closed_fit scores
+        # each map as it is solved, and keeps none it does not write)
+        need = kept_states_mb + s.rows * s.width * 8 * 4 / 1e6 + 10 * square_mb + 2 * 64
+        need += (
+            s.states_mb(s.validation_rows, itemsize=8) + 2 * s.validation_rows * s.width * 8 / 1e6
+        )
     elif stage == "train_map" and not s.head:  # NJTC, N-NJTC, the one-map methods: the rows
         # kept, the reduced-rank start's float64 X, projection and target, its width × width
         # work arrays, and the factors with their gradients and Adam's moments
@@ -162,8 +165,9 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = 2 * s.parameters * s.rows * s.tokens * s.runs
     elif stage == "fit_parts":  # a Gram matrix and a solve per part of every block
         flop = 2 * s.rows * s.width**2 * 4 * 2 * s.layers
-    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target
-        flop = s.rows * s.width**2 * (s.layers + 2) ** 2
+    elif stage == "fit_map":  # per source layer: the Gram, its factor, every later target;
+        # and every pair scored on the validation rows
+        flop = (s.rows + s.validation_rows) * s.width**2 * (s.layers + 2) ** 2
     elif stage == "train_map" and not s.head:  # a low-rank method's epochs, a pair per source
         # layer, after its reduced-rank start (a Gram per source)
         flop = s.layers * epochs * s.rows * s.width * 8 * s.width

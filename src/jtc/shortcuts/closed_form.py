@@ -160,12 +160,23 @@ def fit_source(
 
     Targets are copied side by side into one float64 buffer (at most RHS_BYTES) and solved with
     one matrix product per buffer: full BLAS speed, bounded memory."""
+    solver, maps = solve_source(x, targets, device)
+    return dict(maps), solver.method, solver.rank
+
+
+def solve_source(
+    x: np.ndarray,
+    targets: Iterable[tuple[int, np.ndarray]],
+    device: torch.device | None = None,
+) -> tuple[SourceSolver | TorchSourceSolver, Iterator[tuple[int, np.ndarray]]]:
+    """fit_source's solver (its `method` and `rank`) and its weights (d_out, d_in) one target
+    at a time, as they are solved (float64 on the CPU, float32 from `device`): a job that
+    writes or scores each map and lets it go holds one buffer of maps, not a source's all."""
     if device is not None:  # each target straight to the device: no float64 copy on the CPU
         solver = TorchSourceSolver(x, device)
-        maps = {layer: solver.solve_transposed(y) for layer, y in targets}
-        return maps, solver.method, solver.rank
+        return solver, ((layer, solver.solve_transposed(y)) for layer, y in targets)
     solver = SourceSolver(x)
-    return dict(_solved(solver, targets)), solver.method, solver.rank
+    return solver, _solved(solver, targets)
 
 
 def _solved(

@@ -2,10 +2,11 @@
 `fit_method(method, states, out, ...)` fits the maps from every source layer and writes them to
 one map file (jtc.shortcuts.maps.MapWriter), a source layer at a time.
 
-mat and rrr are solved in closed form (jtc.shortcuts.closed_form), on the GPU when the job has
-one; NJTC, N-NJTC and the one-map methods are trained on MSE (jtc.shortcuts.train). Torch is
-imported only when a trained method is fitted. The tuned lens, trained through the model's
-decoder head, is jtc.shortcuts.lens (it shares `map_metadata` and `train_pairs`).
+mat and rrr are solved in closed form (jtc.shortcuts.closed_form; each pair scored and the file
+written by jtc.shortcuts.closed_fit), on the GPU when the job has one; NJTC, N-NJTC and the
+one-map methods are trained on MSE (jtc.shortcuts.train). Torch is imported only when a trained
+method is fitted. The tuned lens, trained through the model's decoder head, is
+jtc.shortcuts.lens (it shares `map_metadata` and `train_pairs`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jtc.shortcuts.closed_fit import PairR2
+from jtc.shortcuts.storage import MapStorage
+
 if TYPE_CHECKING:
-    from jtc.settings import LowRankSettings, RankSettings, Settings
+    from jtc.settings import LowRankSettings, Settings
     from jtc.shortcuts.train import TrainResult
 
 log = logging.getLogger(__name__)
@@ -65,21 +69,29 @@ def fit_method(
     model: str,
     corpus: str,
     groups: np.ndarray | None = None,
-) -> None:
+    validation: Sequence[np.ndarray] | None = None,
+    storage: MapStorage | None = None,
+) -> list[PairR2]:
     """Fit `method`'s maps (config training.<method>: `settings`, its object of
     jtc.shortcuts.methods.METHODS; None for mat) from the training states
     h_0..h_L of every layer (`states`, rows aligned: a list, or jtc.data.states.LayerStates)
-    and write them to the map file `out`: mat and rrr in closed form, the others trained by
+    and write them to the map file `out`: mat and rrr in closed form
+    (jtc.shortcuts.closed_fit: scored on the `validation` states as they are solved, the file
+    keeping what `storage` says; default every pair in float32), the others trained by
     gradient descent from `seed` (each layer pair from its own, jtc.shortcuts.train.pair_seed;
     `groups`, each row's sentence, keeps a sentence's rows together in the held-out share).
-    `model` and `corpus` name the maps in the file's metadata."""
+    `model` and `corpus` name the maps in the file's metadata. Returns the closed-form
+    methods' r² of every pair (source, target, r²) when `validation` is given, else []."""
+    from jtc.shortcuts.closed_fit import fit_closed_form
     from jtc.shortcuts.methods import METHODS
 
     meta = map_metadata(states, model, corpus, method, groups)
     if METHODS[method].trained:
         _trained(method, states, out, meta, settings, seed, threads, groups)
-    else:
-        _closed_form(method, states, out, meta, settings, threads)
+        return []
+    return fit_closed_form(
+        method, states, out, meta, settings, threads, validation, storage or MapStorage()
+    )
 
 
 def fit_methods(
@@ -91,16 +103,19 @@ def fit_methods(
     threads: int,
     model: str,
     corpus: str,
-) -> None:
+    validation: Sequence[np.ndarray] | None = None,
+    storage: MapStorage | None = None,
+) -> dict[str, list[PairR2]]:
     """fit_method for every method of `outs` (method -> its map file), in that order, on the same
     training states (jtc.data.states.LayerStates, each row's sentence in `sentence_ids`);
     `params`: method -> its rule param (jtc.shortcuts.methods.settings_param), made its
     settings object here. The closed-form methods read every stored row; a trained method the
     rows its `positions` setting draws from them (jtc.data.positions.training_rows_for, keyed
-    by `seed`)."""
+    by `seed`). Returns each method's r² of every pair (fit_method)."""
     from jtc.data.positions import training_rows_for
     from jtc.shortcuts.methods import settings_of
 
+    scores = {}
     for method, out in outs.items():
         settings = settings_of(method, params[method])
         positions = getattr(settings, "positions", "all")  # trained methods only
@@ -109,7 +124,7 @@ def fit_methods(
             log.info(
                 "%s: %s stored rows of each sentence, %d rows", method, positions, len(rows[0])
             )
-        fit_method(
+        scores[method] = fit_method(
             method,
             rows,
             out,
@@ -119,52 +134,10 @@ def fit_methods(
             model=model,
             corpus=corpus,
             groups=rows.sentence_ids,
+            validation=validation,
+            storage=storage,
         )
-
-
-def _closed_form(
-    method: str,
-    states: Sequence[np.ndarray],
-    out: str | Path,
-    meta: dict,
-    settings: RankSettings | None,
-    threads: int,
-) -> None:
-    """mat, least squares without intercept into every later layer; rrr, its rank-r truncation
-    in the metric of the source states, into the layers NJTC fits. The numerical rank of each
-    source layer's Gram matrix goes into the file's metadata (GRAM_RANKS), warned below the
-    width."""
-    from threadpoolctl import threadpool_limits
-
-    from jtc.devices import linalg_device
-    from jtc.shortcuts.closed_form import fit_source, fit_source_reduced_rank
-    from jtc.shortcuts.maps import MapWriter
-    from jtc.shortcuts.methods import fitted_targets, rank_of
-    from jtc.shortcuts.underdetermined import GRAM_RANKS, TRAINING_ROWS, warn_if_rank_deficient
-
-    last = len(states) - 1
-    device = linalg_device()
-    solvers, ranks = {}, {}
-    targets_setting = "all" if settings is None else settings.targets  # mat: every pair
-    if settings is not None:  # rrr
-        meta.update(rank=rank_of(settings, states[0].shape[1]), targets=settings.targets)
-    with MapWriter(out, meta) as maps, threadpool_limits(threads):
-        for source in range(last):
-            targets = fitted_targets(method, targets_setting, source, last)
-            pairs = ((t, states[t]) for t in targets)
-            if method == "rrr":
-                fitted, solver, rank = fit_source_reduced_rank(
-                    states[source], pairs, meta["rank"], device
-                )
-            else:
-                fitted, solver, rank = fit_source(states[source], pairs, device)
-            maps.add(source, fitted)
-            solvers[source], ranks[source] = solver, rank
-        maps.metadata["solvers"] = solvers
-        maps.metadata[GRAM_RANKS] = ranks
-    labelled = {f"layer {source}": rank for source, rank in ranks.items()}
-    width, rows = states[0].shape[1], meta[TRAINING_ROWS]
-    warn_if_rank_deficient(meta["model"], meta["corpus"], method, labelled, width, rows)
+    return scores
 
 
 def _trained(

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from jtc.files.io import CorruptFileError, rows_table
 from jtc.files.tensors import TensorWriter, read_tensor_file
+from jtc.shortcuts.storage import KEPT
 
 FORMAT = "jtc-shortcuts-v2"  # v1: one file per source layer
 NORM_PARTS = ("norm.weight", "norm.bias", "norm.running_mean", "norm.running_var")
@@ -137,10 +138,10 @@ class _MapFileWriter:
     format: str
     convention: str
 
-    def __init__(self, path: str | Path, metadata: Mapping[str, object]):
+    def __init__(self, path: str | Path, metadata: Mapping[str, object], dtype: str = "float32"):
         self.path = Path(path)
-        self.metadata = dict(metadata)
-        self._tensors = TensorWriter(path)
+        self.metadata = {**metadata, "dtype": dtype} if dtype != "float32" else dict(metadata)
+        self._tensors = TensorWriter(path, dtype)
 
     def _layout(self) -> dict[str, object]:
         """Metadata that describes what was written (e.g. the layer pairs)."""
@@ -170,8 +171,8 @@ class MapWriter(_MapFileWriter):
     format = FORMAT
     convention = "pred = up(down(norm(h))) + bias, or h @ weight.T + bias"
 
-    def __init__(self, path: str | Path, metadata: Mapping[str, object]):
-        super().__init__(path, metadata)
+    def __init__(self, path: str | Path, metadata: Mapping[str, object], dtype: str = "float32"):
+        super().__init__(path, metadata, dtype)
         self.pairs: list[tuple[int, int]] = []
 
     def add(self, source: int, maps: Mapping[int, np.ndarray | Mapping[str, np.ndarray]]) -> None:
@@ -246,7 +247,15 @@ def load_map(path: str | Path, source: int, target: int) -> ShortcutMap:
     """The one map from `source` into `target` in a file written by MapWriter."""
     grouped, meta = _read(path, source, target)
     if (source, target) not in grouped:
-        raise CorruptFileError(f"{path}: holds no map from layer {source} to layer {target}")
+        kept = (
+            ""
+            if meta.get(KEPT) != "last"
+            else (
+                " (it keeps the maps into the last layer only: config maps.pairs last; "
+                "maps.pairs: all keeps every pair)"
+            )
+        )
+        raise CorruptFileError(f"{path}: holds no map from layer {source} to layer {target}{kept}")
     return _to_map(path, grouped[(source, target)], meta)
 
 

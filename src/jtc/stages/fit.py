@@ -7,28 +7,48 @@ from typing import Any
 
 def fit_map(
     train_dir: str,
+    val_dir: str,
     outs: dict[str, str],
+    r2_outs: dict[str, str],
     *,
     settings: dict[str, dict[str, Any]],
+    maps: dict[str, Any],
     seed: int,
     model: str,
     corpus: str,
     threads: int,
 ) -> None:
-    """The maps of the methods fitted from the training states alone (outs: method -> file;
-    settings: method -> its param, jtc.shortcuts.methods.settings_param, made its settings
-    object), from every source layer (jtc.shortcuts.fit.fit_methods), the states read once up
-    to a bound (jtc.data.states.LayerStates). The workflow's fit_map job gives it the
-    closed-form methods (mat, rrr, every stored row); a trained method given here gets the
-    maps its own train_map job would (the same rows and seeds). On the GPU when the job has
-    one; torch is imported only when a trained method is asked for."""
+    """The closed-form methods' maps (outs: method -> file; settings: method -> its param,
+    jtc.shortcuts.methods.settings_param, made its settings object), from every source layer
+    (jtc.shortcuts.fit.fit_methods), the training states read once up to a bound
+    (jtc.data.states.LayerStates); each pair scored on the validation states as it is solved,
+    r² of every pair written to the method's table (r2_outs: method -> file), the map file
+    keeping the pairs and type config `maps` says (jtc.shortcuts.storage). On the GPU when
+    the job has one."""
+    import numpy as np
+
     from jtc.data.states import LayerStates
+    from jtc.evaluation.r2 import scored_tables
+    from jtc.files.io import write_tables
     from jtc.logs import ready
     from jtc.shortcuts.fit import fit_methods
+    from jtc.shortcuts.storage import MapStorage
 
     states = LayerStates(train_dir)
+    validation = LayerStates(val_dir, np.float64)[:]  # every layer read once, all of them held
     ready()
-    fit_methods(states, outs, settings, seed=seed, threads=threads, model=model, corpus=corpus)
+    scores = fit_methods(
+        states,
+        outs,
+        settings,
+        seed=seed,
+        threads=threads,
+        model=model,
+        corpus=corpus,
+        validation=validation,
+        storage=MapStorage.of(maps),
+    )
+    write_tables(scored_tables(scores, model=model, corpus=corpus), r2_outs)
 
 
 def train_map(
@@ -48,25 +68,30 @@ def train_map(
     draws (keyed by `seed`, jtc.data.positions.training_rows_for), its maps from every source
     layer written to `out`, on a GPU if the job has one: through the cached model's decoder
     head (`model_dir`; the tuned lens, jtc.shortcuts.lens), else from the training states alone
-    (NJTC, N-NJTC, the one-map methods: fit_map's fit, one method, the same maps)."""
+    (NJTC, N-NJTC, the one-map methods: jtc.shortcuts.fit.fit_methods, as for the closed-form
+    methods)."""
+    from jtc.data.states import LayerStates
+    from jtc.logs import ready
     from jtc.shortcuts.methods import METHODS
 
     if not METHODS[method].needs_head:
-        fit_map(
-            train_dir,
+        from jtc.shortcuts.fit import fit_methods
+
+        states = LayerStates(train_dir)
+        ready()
+        fit_methods(
+            states,
             {method: out},
-            settings={method: settings},
+            {method: settings},
             seed=seed,
+            threads=threads,
             model=model,
             corpus=corpus,
-            threads=threads,
         )
         return
     if model_dir is None:
         raise ValueError(f"{method} is trained through the decoder head: it needs the model")
     from jtc.data.positions import training_rows_for
-    from jtc.data.states import LayerStates
-    from jtc.logs import ready
     from jtc.model.head import load_decoder_head
     from jtc.settings import TrainSettings
     from jtc.shortcuts.lens import fit_tuned_lens

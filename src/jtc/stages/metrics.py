@@ -5,23 +5,35 @@ from __future__ import annotations
 
 
 def r2_table(
-    val_dir: str, maps: dict[str, str | None], out: str, *, model: str, corpus: str, threads: int
+    val_dir: str,
+    maps: dict[str, str | None],
+    scored: dict[str, str],
+    out: str,
+    *,
+    model: str,
+    corpus: str,
+    threads: int,
 ) -> None:
     """r² of every method on every pair l < l' of the validation states (`maps`: per method
-    its map file; None for id). On the GPU when the job has one."""
+    its map file, None for id; `scored`: per closed-form method the r² its fit_map job
+    computed as it solved the maps). On the GPU when the job has one."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
     from jtc.data.states import LayerStates
     from jtc.devices import linalg_device
     from jtc.evaluation.r2 import layer_r2_table
+    from jtc.files.io import read_tables
     from jtc.logs import ready
     from jtc.report.pages import write_table_with_page
 
     ready()
+    tables = read_tables(scored)
     states = LayerStates(val_dir, np.float64)[:]  # every layer read once, all of them held
     with threadpool_limits(threads):
-        table = layer_r2_table(states, maps, model=model, corpus=corpus, device=linalg_device())
+        table = layer_r2_table(
+            states, maps, model=model, corpus=corpus, device=linalg_device(), scored=tables
+        )
     write_table_with_page(table, out)
 
 

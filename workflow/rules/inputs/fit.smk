@@ -9,6 +9,11 @@ def fit_inputs(wildcards):
     return {"train": hidden(wildcards, "train")}
 
 
+def closed_fit_inputs(wildcards):
+    """fit_inputs, and the validation states every pair is scored on."""
+    return {**fit_inputs(wildcards), "validation": hidden(wildcards, "validation")}
+
+
 def train_inputs(wildcards):
     """The training states, and for a method trained through the decoder head (the tuned
     lens) the cached model, checked for a head."""

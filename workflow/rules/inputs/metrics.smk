@@ -3,8 +3,17 @@
 
 
 def r2_inputs(wildcards):
-    """Validation states, plus the map file of each fitted method."""
-    return {"validation": hidden(wildcards, "validation"), **fitted_maps(wildcards)}
+    """Validation states, plus the map file of each trained method and the r² table of each
+    closed-form method (scored by fit_map)."""
+    closed = [m for m in CLOSED_METHODS if m in methods_for(wildcards.model)]
+    maps = {m: f for m, f in fitted_maps(wildcards).items() if m not in closed}
+    scored = {
+        f"{m}_r2": paths.MAP_R2.format(
+            model=wildcards.model, corpus=wildcards.corpus, method=m
+        )
+        for m in closed
+    }
+    return {"validation": hidden(wildcards, "validation"), **maps, **scored}
 
 
 def parameter_inputs(wildcards):
