@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 from configs import BASE
-from tiny import SENTENCES, make_model
+from tiny import SENTENCES, make_model, save_gguf
 
 from jtc.files.io import CorruptFileError, read_json
 from jtc.model.cache import cache_model, load_cached
@@ -55,6 +55,21 @@ def test_the_cache_keeps_the_compute_dtype_on_disk(tmp_path):
         model, _, info = load_cached(tmp_path / dtype)
         assert info["dtype"] == dtype
         assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+
+
+def test_a_gguf_model_is_cached_in_the_compute_dtype_not_as_dequantised(tmp_path):
+    """GGUF weights are dequantised as they are loaded, and cached in the compute dtype."""
+    gguf = save_gguf(tmp_path / "tiny.gguf")
+    sizes = {}
+    for dtype in ("float32", "bfloat16", "float16"):
+        cache_model("g", {"source": str(gguf), "dtype": dtype}, tmp_path / dtype)
+        weights = tmp_path / dtype / "model.safetensors"
+        assert stored(weights) == {FLOATS[dtype]}
+        sizes[dtype] = weights.stat().st_size
+        model, _, _ = load_cached(tmp_path / dtype)
+        assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+    for dtype in ("bfloat16", "float16"):
+        assert 0.45 < sizes[dtype] / sizes["float32"] < 0.55
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
