@@ -20,9 +20,9 @@ from jtc.pipeline.config import ConfigError
 FLOATS = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 
 
-def source_folder(folder, dtype="float32", **save):
-    """A tiny random llama saved as a Hugging Face folder of safetensors weights in `dtype`."""
-    model, tokenizer = make_model("llama")
+def source_folder(folder, dtype="float32", kind="llama", **save):
+    """A tiny random model saved as a Hugging Face folder of safetensors weights in `dtype`."""
+    model, tokenizer = make_model(kind)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True, **save)
     tokenizer.save_pretrained(folder)
     return folder
@@ -72,9 +72,13 @@ def test_a_gguf_model_is_cached_in_the_compute_dtype_not_as_dequantised(tmp_path
         assert 0.45 < sizes[dtype] / sizes["float32"] < 0.55
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_referenced_model_reads_its_source_folder_and_equals_the_copy(tmp_path, dtype):
-    src = source_folder(tmp_path / "src", dtype)
+@pytest.mark.parametrize(
+    ("kind", "dtype"),
+    [("llama", "float32"), ("llama", "bfloat16"), ("gpt2", "float32"), ("bert-mlm", "float16")],
+)
+def test_a_referenced_model_reads_its_source_folder_and_equals_the_copy(tmp_path, kind, dtype):
+    """The model and its head (tied in gpt2 and bert) read in place are the copy's."""
+    src = source_folder(tmp_path / "src", dtype, kind)
     spec = {"source": str(src), "dtype": dtype}
     cache_model("m", spec, tmp_path / "copy")
     info = cache_model("m", {**spec, "cache": "reference"}, tmp_path / "ref")
@@ -116,6 +120,27 @@ def test_a_sharded_source_is_referenced_with_its_index(tmp_path):
     assert torch.equal(logits(tmp_path / "ref"), logits(tmp_path / "copy"))
     head = load_decoder_head(tmp_path / "ref", "m", 1)
     assert torch.equal(head.weight, load_decoder_head(tmp_path / "copy", "m", 1).weight)
+
+
+def test_a_source_whose_tensors_transformers_changes_on_load_is_refused(tmp_path):
+    """A checkpoint tensor the model does not load as stored (here: under another name, so the
+    model's own is initialised instead) would make the referenced cache hold other weights than
+    the model ran with: refused when the model is cached, naming the tensor."""
+    from safetensors.torch import load_file, save_file
+
+    src = source_folder(tmp_path / "src")
+    tensors = load_file(src / "model.safetensors")
+    tensors["model.final_norm.weight"] = tensors.pop("model.norm.weight")
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    spec = {"source": str(src), "cache": "reference"}
+    with pytest.raises(ModelSourceError) as err:
+        cache_model("m", spec, tmp_path / "ref")
+    assert "'models.m.cache': reference reads the weights in place, but transformers" in str(
+        err.value
+    )
+    assert "tensor model.norm.weight is not in the source's safetensors files" in str(err.value)
+    assert "set models.m.cache: copy" in str(err.value)
+    assert not (tmp_path / "ref").exists()
 
 
 def flip_byte_of(path, tensor):

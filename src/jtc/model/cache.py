@@ -208,16 +208,16 @@ def _same_tensors_problem(model: PreTrainedModel, files: list[Path]) -> str | No
             with safe_open(path, "pt") as weights:
                 handles.update(dict.fromkeys(weights.keys(), path))
     groups: dict[int, list[str]] = {}
-    state = model.state_dict()
+    state = model.state_dict(keep_vars=True)  # the parameters themselves: tied ones are one
     for tensor_name, tensor in state.items():
-        groups.setdefault(id(tensor), []).append(tensor_name)  # tied tensors share one object
+        groups.setdefault(id(tensor), []).append(tensor_name)
     for names in groups.values():
         present = [n for n in names if n in handles]
         if not present:
             return f"tensor {names[0]} is not in the source's safetensors files"
         with safe_open(handles[present[0]], "pt") as weights:
             stored = weights.get_tensor(present[0])
-        held = state[names[0]]
+        held = state[names[0]].detach()
         if stored.shape != held.shape or not torch.equal(stored.to(held.dtype), held.cpu()):
             return (
                 f"tensor {present[0]} is stored as {stored.dtype} {list(stored.shape)} and "
