@@ -122,6 +122,24 @@ def test_a_sharded_source_is_referenced_with_its_index(tmp_path):
     assert torch.equal(head.weight, load_decoder_head(tmp_path / "copy", "m", 1).weight)
 
 
+def test_a_hub_snapshot_folder_of_links_is_referenced_by_its_links(tmp_path):
+    """A hub cache's snapshot folder links each file to a blob named by its hash: the manifest
+    keeps the link's path (a weights file's name, checked tensor by tensor), and a blob
+    changed behind the link is refused."""
+    src = source_folder(tmp_path / "src")
+    blob = tmp_path / "blobs" / "0a1b2c"
+    blob.parent.mkdir()
+    (src / "model.safetensors").rename(blob)
+    (src / "model.safetensors").symlink_to(blob)
+    cache_model("m", {"source": str(src), "cache": "reference"}, tmp_path / "ref")
+    entry = read_json(tmp_path / "ref" / MANIFEST)["model.safetensors"]
+    assert entry["path"] == str(src / "model.safetensors") and "lm_head.weight" in entry["tensors"]
+    load_decoder_head(tmp_path / "ref", "m", 1)
+    flip_byte_of(blob, "lm_head.weight")
+    with pytest.raises(CorruptFileError, match="the checksum of tensor lm_head.weight"):
+        load_decoder_head(tmp_path / "ref", "m", 1)
+
+
 def test_a_source_whose_tensors_transformers_changes_on_load_is_refused(tmp_path):
     """A checkpoint tensor the model does not load as stored (here: under another name, so the
     model's own is initialised instead) would make the referenced cache hold other weights than

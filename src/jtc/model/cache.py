@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -195,34 +196,33 @@ def model_info(
 
 
 def _same_tensors_problem(model: PreTrainedModel, files: list[Path]) -> str | None:
-    """Whether the model as loaded holds exactly the tensors of the safetensors files it would
-    reference (cache: reference): under the same names (one name of each tied group), in the
-    same shapes, with the same values. Not so where transformers renames, fuses or converts a
-    checkpoint's tensors as it loads them: the head and the model would then not read what
-    the cache says."""
+    """Why the model as loaded does not hold exactly the tensors of the safetensors files it
+    would reference (cache: reference), or None: each of its tensors (one name of each tied
+    group) must be stored under its name, in its shape, with its values. Not so where
+    transformers renames, fuses or converts a checkpoint's tensors as it loads them: the head
+    and the model would then not read what the cache says."""
     from safetensors import safe_open
 
-    handles = {}
-    for path in files:
-        if path.suffix == ".safetensors":
-            with safe_open(path, "pt") as weights:
-                handles.update(dict.fromkeys(weights.keys(), path))
-    groups: dict[int, list[str]] = {}
-    state = model.state_dict(keep_vars=True)  # the parameters themselves: tied ones are one
-    for tensor_name, tensor in state.items():
-        groups.setdefault(id(tensor), []).append(tensor_name)
-    for names in groups.values():
-        present = [n for n in names if n in handles]
-        if not present:
-            return f"tensor {names[0]} is not in the source's safetensors files"
-        with safe_open(handles[present[0]], "pt") as weights:
-            stored = weights.get_tensor(present[0])
-        held = state[names[0]].detach()
-        if stored.shape != held.shape or not torch.equal(stored.to(held.dtype), held.cpu()):
-            return (
-                f"tensor {present[0]} is stored as {stored.dtype} {list(stored.shape)} and "
-                f"loaded as {held.dtype} {list(held.shape)}, or with other values"
-            )
+    with ExitStack() as stack:
+        where = {}  # tensor name: the open file that holds it
+        for path in files:
+            if path.suffix == ".safetensors":
+                handle = stack.enter_context(safe_open(path, "pt"))
+                where.update(dict.fromkeys(handle.keys(), handle))
+        groups: dict[int, list[str]] = {}
+        state = model.state_dict(keep_vars=True)  # the parameters themselves: tied ones are one
+        for tensor_name, tensor in state.items():
+            groups.setdefault(id(tensor), []).append(tensor_name)
+        for names in groups.values():
+            present = [n for n in names if n in where]
+            if not present:
+                return f"tensor {names[0]} is not in the source's safetensors files"
+            stored, held = where[present[0]].get_tensor(present[0]), state[names[0]].detach()
+            if stored.shape != held.shape or not torch.equal(stored.to(held.dtype), held.cpu()):
+                return (
+                    f"tensor {present[0]} is stored as {stored.dtype} {list(stored.shape)} and "
+                    f"loaded as {held.dtype} {list(held.shape)}, or with other values"
+                )
     return None
 
 
@@ -240,7 +240,10 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
         del config.quantization_config
     referenced: list[Path] = []
     if reference:
-        referenced = referenced_files(Path(cand.location))  # type: ignore[assignment]
+        found = referenced_files(Path(cand.location))
+        if isinstance(found, str):  # (changed since reference_problem read it)
+            raise ModelSourceError(f"model '{name}': the source '{spec['source']}': {found}")
+        referenced = found
         problem = _same_tensors_problem(model, referenced)
         if problem:
             raise ModelSourceError(

@@ -133,8 +133,9 @@ def _weights_entry(path: Path, sha256: bool = False) -> dict:
 
 def _referenced_entry(path: Path) -> dict:
     """The entry of a file a cache references in its source folder: a cached file's, with the
-    file's absolute path and the whole file's sha256."""
-    path = path.resolve()
+    file's absolute path (as the model's loader opens it: a link is not followed, so a hub
+    snapshot's file keeps its name) and the whole file's sha256."""
+    path = path.absolute()
     if path.suffix == WEIGHTS_SUFFIX:
         entry = _weights_entry(path, sha256=True)
     else:
