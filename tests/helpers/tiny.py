@@ -115,6 +115,57 @@ def save_model(kind: str, folder: Path, **kwargs) -> Path:
     return folder
 
 
+def save_gguf(path: Path, width: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A tiny random llama as a GGUF file of float32 tensors (no quantised blocks: transformers
+    reads it as it reads any GGUF model, dequantising on load), with a small SentencePiece-style
+    vocabulary."""
+    import gguf
+
+    heads, kv, ff = 4, 2, 2 * width
+    tokens = ["<unk>", "<s>", "</s>"] + [f"\u2581{w}" for w in sorted(set(WORDS))] + ["."]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(64)
+    writer.add_embedding_length(width)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(width // heads)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, *shape: int, ones: bool = False) -> None:
+        values = np.ones(shape) if ones else rng.standard_normal(shape) * 0.02
+        writer.add_tensor(name, values.astype(np.float32))
+
+    kv_width = kv * width // heads
+    add("token_embd.weight", len(tokens), width)
+    for i in range(layers):
+        add(f"blk.{i}.attn_norm.weight", width, ones=True)
+        add(f"blk.{i}.ffn_norm.weight", width, ones=True)
+        add(f"blk.{i}.attn_q.weight", width, width)
+        add(f"blk.{i}.attn_k.weight", kv_width, width)
+        add(f"blk.{i}.attn_v.weight", kv_width, width)
+        add(f"blk.{i}.attn_output.weight", width, width)
+        add(f"blk.{i}.ffn_gate.weight", ff, width)
+        add(f"blk.{i}.ffn_up.weight", ff, width)
+        add(f"blk.{i}.ffn_down.weight", width, ff)
+    add("output_norm.weight", width, ones=True)
+    add("output.weight", len(tokens), width)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def write_sentences(path: Path, count: int, seed: int = 0) -> Path:
     """A small text corpus, one sentence of 5 to 13 words a line."""
     rng = np.random.default_rng(seed)

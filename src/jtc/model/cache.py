@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ from jtc.model.gguf_header import GGUFHeaderError, read_shape
 from jtc.model.head import describe
 from jtc.model.joined import join
 from jtc.model.manifest import check_manifest, write_manifest
-from jtc.model.sources import Candidate, ModelSourceError, candidates
+from jtc.model.sources import (
+    Candidate,
+    ModelSourceError,
+    candidates,
+    reference_problem,
+    referenced_files,
+)
 
 # a model's compute dtype (models.NAME.dtype): the type of its cached weights and forward passes
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -188,18 +195,73 @@ def model_info(
     }
 
 
+def _same_tensors_problem(model: PreTrainedModel, files: list[Path]) -> str | None:
+    """Why the model as loaded does not hold exactly the tensors of the safetensors files it
+    would reference (cache: reference), or None: each of its tensors (one name of each tied
+    group) must be stored under its name, in its shape, with its values. Not so where
+    transformers renames, fuses or converts a checkpoint's tensors as it loads them: the head
+    and the model would then not read what the cache says."""
+    from safetensors import safe_open
+
+    with ExitStack() as stack:
+        where = {}  # tensor name: the open file that holds it
+        for path in files:
+            if path.suffix == ".safetensors":
+                handle = stack.enter_context(safe_open(path, "pt"))
+                where.update(dict.fromkeys(handle.keys(), handle))
+        groups: dict[int, list[str]] = {}
+        state = model.state_dict(keep_vars=True)  # the parameters themselves: tied ones are one
+        for tensor_name, tensor in state.items():
+            groups.setdefault(id(tensor), []).append(tensor_name)
+        for names in groups.values():
+            present = [n for n in names if n in where]
+            if not present:
+                return f"tensor {names[0]} is not in the source's safetensors files"
+            stored, held = where[present[0]].get_tensor(present[0]), state[names[0]].detach()
+            if stored.shape != held.shape or not torch.equal(stored.to(held.dtype), held.cpu()):
+                return (
+                    f"tensor {present[0]} is stored as {stored.dtype} {list(stored.shape)} and "
+                    f"loaded as {held.dtype} {list(held.shape)}, or with other values"
+                )
+    return None
+
+
 def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
-    """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`."""
+    """Resolve a model; write config, safetensors weights, tokenizer and info.json to `out_dir`.
+    With models.NAME.cache: reference, no weights: the manifest lists the source folder's
+    weights files (their paths, sizes, checksums), which load_cached reads in place."""
+    reference = spec.get("cache", "copy") == "reference"
+    problem = reference_problem(name, spec)
+    if problem:
+        raise ModelSourceError(problem)
     model, tokenizer, cand, adapter = load_from_source(name, spec)
     config = model.config
     if hasattr(config, "quantization_config"):  # GGUF weights are dequantised on load
         del config.quantization_config
+    referenced: list[Path] = []
+    if reference:
+        found = referenced_files(Path(cand.location))
+        if isinstance(found, str):  # (changed since reference_problem read it)
+            raise ModelSourceError(f"model '{name}': the source '{spec['source']}': {found}")
+        referenced = found
+        problem = _same_tensors_problem(model, referenced)
+        if problem:
+            raise ModelSourceError(
+                f"config key 'models.{name}.cache': reference reads the weights in place, but "
+                f"transformers changes them as it loads them from '{spec['source']}' "
+                f"({problem}); set models.{name}.cache: copy (the default) to cache them as "
+                "loaded"
+            )
     with atomic_dir(out_dir) as tmp:
         config.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"))
+        if not reference:
+            save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(tmp)
         info = model_info(name, model, tokenizer, cand.describe(), adapter)
         info["dtype"] = spec.get("dtype", "float32")
+        if reference:  # (a copy's info.json stays as it was before the key existed)
+            info["cache"] = "reference"
+            info["weights_folder"] = str(Path(cand.location).resolve())
         try:
             transform, unembedding = adapter.head(model)
         except AttributeError:  # no decoder head (r² only)
@@ -211,7 +273,7 @@ def cache_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[st
             if head is not None:
                 info["head"] = head
         (tmp / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        write_manifest(tmp)
+        write_manifest(tmp, referenced)
     return info
 
 
@@ -221,7 +283,9 @@ def load_cached(
     """(model, tokenizer, info) from a folder written by cache_model, its files checked
     against its manifest first; no remote code is run. The model runs in its cached dtype
     (models.NAME.dtype), on `device` (default the CPU) or spread by `device_map`
-    (models.NAME.device_map: where the model runs, not what is cached)."""
+    (models.NAME.device_map: where the model runs, not what is cached). A cache that
+    references its weights (models.NAME.cache: reference) reads them from its source folder,
+    checked against its manifest like its own files."""
     model_dir = Path(model_dir)
     check_manifest(model_dir)
     info = read_json(model_dir / "info.json")
@@ -234,7 +298,11 @@ def load_cached(
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
     if device_map is not None:
         kwargs["device_map"] = device_map
-    model = auto_class(config).from_pretrained(model_dir, **kwargs).eval()
+    weights: Path = model_dir
+    if info.get("cache") == "reference":  # the checked files, and no other (no hub, no pickle)
+        weights = Path(info["weights_folder"])
+        kwargs.update(config=config, use_safetensors=True, local_files_only=True)
+    model = auto_class(config).from_pretrained(weights, **kwargs).eval()
     if device_map is None and device.type != "cpu":
         model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,6 @@ from jtc.model.adapters import Adapter, adapter_of, missing_head_message
 from jtc.model.manifest import Manifest
 
 DECODE_BYTES = 64 << 20  # float32 logits held at once (Head.rows_per_chunk)
-WEIGHTS = "model.safetensors"  # a cached model's weights file
 ACTIVATIONS = {
     "gelu": lambda x: nn.functional.gelu(x),
     "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
@@ -267,6 +267,36 @@ def describe(
     return description
 
 
+class CachedWeights:
+    """The tensors of a cached model's weights files by name, opened lazily by safetensors:
+    its own model.safetensors, or the source folder's files it references (cache:
+    reference); each tensor checked against the manifest as it is read."""
+
+    def __init__(self, manifest: Manifest):
+        self.manifest = manifest
+        self._stack = ExitStack()
+        self._where: dict[str, tuple[str, Any]] = {}  # tensor name: (file's manifest name, file)
+        for file, path in manifest.weights_files():
+            handle = self._stack.enter_context(safe_open(path, "pt"))
+            for name in handle.keys():
+                self._where.setdefault(name, (file, handle))
+
+    def __enter__(self) -> CachedWeights:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def keys(self) -> set[str]:
+        return set(self._where)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        """A tensor, its bytes checked against the manifest first."""
+        file, handle = self._where[name]
+        self.manifest.check_tensors(file, [name])
+        return handle.get_tensor(name)
+
+
 def load_decoder_head(
     model_dir: str | Path, name: str, threads: int, model: nn.Module | None = None
 ) -> Head:
@@ -286,15 +316,15 @@ def load_decoder_head(
     description = info.get("head")
     if description is None:
         return _through_transformers(model_dir, info, name, manifest)
-    path = model_dir / WEIGHTS
-    with safe_open(path, "pt") as weights:
-        stored = set(weights.keys())
+    with CachedWeights(manifest) as weights:
+        stored = weights.keys()
 
         def tensor(names: list[str]) -> torch.Tensor:
             present = [n for n in names if n in stored]
             if not present:
-                raise CorruptFileError(f"{path} lacks the head tensor {names[0]}")
-            manifest.check_tensors(WEIGHTS, present[:1])
+                raise CorruptFileError(
+                    f"the weights of {model_dir} lack the head tensor {names[0]}"
+                )
             return weights.get_tensor(present[0])
 
         return _build(description, tensor, job_device())
@@ -322,18 +352,18 @@ def _through_transformers(
         raise
     device = job_device()
     names = parameter_names(skeleton)
-    with safe_open(model_dir / WEIGHTS, "pt") as weights:
+    with CachedWeights(manifest) as weights:
         done: list[str] = []
         for path, module in modules:
             if not any(path.startswith(f"{d}.") for d in done):  # (inside one done already)
-                _materialise(module, path, names, weights, device, manifest)
+                _materialise(module, path, names, weights, device)
                 done.append(path)
     transform, unembedding = adapter.head(skeleton)
     return Head(transform, unembedding, adapter.logit_scale, adapter.logit_softcap)
 
 
 def _materialise(
-    module: nn.Module, path: str, names, weights, device: torch.device, manifest: Manifest
+    module: nn.Module, path: str, names, weights: CachedWeights, device: torch.device
 ) -> None:
     """Give a module built on the meta device (at `path` in the model) its cached tensors
     (each checked against the manifest), in float32, on `device`: each tensor under its own
@@ -347,7 +377,6 @@ def _materialise(
         own = f"{path}.{local}" if path else local
         stored = [own] if own in stored_names else sorted(set(names[id(tensor)]) & stored_names)
         if stored:
-            manifest.check_tensors(WEIGHTS, stored[:1])
             wanted[local] = weights.get_tensor(stored[0]).to(device, torch.float32)
     module.to_empty(device=device)
     missing = module.load_state_dict(wanted, strict=False).missing_keys

@@ -14,6 +14,12 @@ sha256), which answers "is this the folder the workflow wrote?" while a run plan
 reading the weights (their size always, their bytes where their mtime changed). A change that
 keeps the size and mtime (a byte flipped, the mtime put back) passes planning and is refused
 by the first job that loads the model, here.
+
+A model cached with `models.NAME.cache: reference` holds no weights of its own: its manifest
+lists the weights files of its source folder under their names, each with its absolute "path"
+(and a "sha256" of the whole file, the file's identity), and every check reads them there, with
+the same checks as a cached file's. Such a file moved, deleted or changed is refused, naming it,
+what differs and how to recover (put it back, or cache the model again).
 """
 
 from __future__ import annotations
@@ -89,12 +95,13 @@ def safetensors_header(path: Path, metadata: bool = False) -> tuple[int, dict]:
 _header = safetensors_header  # (its name in jtc before jtc.pruning.export_inputs read it too)
 
 
-def _weights_entry(path: Path) -> dict:
+def _weights_entry(path: Path, sha256: bool = False) -> dict:
     """The size and checksum of a weights file, of its header, and of each tensor's bytes, in
-    one pass over the file."""
+    one pass over the file (and the whole file's sha256 if `sha256`)."""
     start, header = safetensors_header(path)
     spans = sorted((spec["data_offsets"], name) for name, spec in header.items())
     tensors, whole, at = {}, 0, 0
+    digest = hashlib.sha256() if sha256 else None
     with path.open("rb") as handle:
 
         def feed(length: int | None) -> int:
@@ -103,6 +110,8 @@ def _weights_entry(path: Path) -> dict:
             value = 0
             for chunk in _chunks(handle, length):
                 value, whole = zlib.crc32(chunk, value), zlib.crc32(chunk, whole)
+                if digest is not None:
+                    digest.update(chunk)
                 at += len(chunk)
             return value
 
@@ -111,17 +120,38 @@ def _weights_entry(path: Path) -> dict:
             feed(start + first - at)  # a gap between tensors, if any
             tensors[name] = f"{feed(last - first):08x}"
         feed(None)  # anything after the last tensor
-    return {
+    entry = {
         "bytes": path.stat().st_size,
         "crc32": f"{whole:08x}",
         "header_crc32": f"{header_crc:08x}",
         "tensors": dict(sorted(tensors.items())),
     }
+    if digest is not None:
+        entry["sha256"] = digest.hexdigest()
+    return entry
 
 
-def write_manifest(folder: Path) -> None:
+def _referenced_entry(path: Path) -> dict:
+    """The entry of a file a cache references in its source folder: a cached file's, with the
+    file's absolute path (as the model's loader opens it: a link is not followed, so a hub
+    snapshot's file keeps its name) and the whole file's sha256."""
+    path = path.absolute()
+    if path.suffix == WEIGHTS_SUFFIX:
+        entry = _weights_entry(path, sha256=True)
+    else:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in _chunks(handle, None):
+                digest.update(chunk)
+        entry = {"bytes": path.stat().st_size, "crc32": _crc32(path), "sha256": digest.hexdigest()}
+    return {**entry, "path": str(path)}
+
+
+def write_manifest(folder: Path, referenced: Iterable[Path] = ()) -> None:
     """List every file of a cached model with its size and checksum, in manifest.json; a
-    weights file also with the checksums of its header and of each tensor."""
+    weights file also with the checksums of its header and of each tensor. `referenced`: files
+    of the model's source folder that the cache reads in place (models.NAME.cache: reference),
+    listed under their names with their absolute paths and sha256."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
     manifest = {
         p.name: (
@@ -131,6 +161,11 @@ def write_manifest(folder: Path) -> None:
         )
         for p in files
     }
+    for path in referenced:
+        if path.name in manifest:
+            raise ValueError(f"{path.name} is both in {folder} and referenced from {path.parent}")
+        manifest[path.name] = _referenced_entry(path)
+    manifest = dict(sorted(manifest.items()))
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
@@ -217,22 +252,54 @@ class Manifest:
         self._checked: set[tuple[str, str]] = set()
         self._headers: dict[str, tuple[int, dict]] = {}  # parsed once a job, by file
 
+    def path(self, name: str) -> Path:
+        """Where a listed file is read: in the folder, or where a referenced file's entry says."""
+        entry = self.entries.get(name) or {}
+        return Path(entry["path"]) if "path" in entry else self.folder / name
+
+    def weights_files(self) -> list[tuple[str, Path]]:
+        """(name in the manifest, path) of every weights file, cached or referenced."""
+        return [(n, self.path(n)) for n in sorted(self.entries) if n.endswith(WEIGHTS_SUFFIX)]
+
     def _header(self, name: str) -> tuple[int, dict]:
         if name not in self._headers:
-            self._headers[name] = safetensors_header(self.folder / name)
+            self._headers[name] = safetensors_header(self.path(name))
         return self._headers[name]
 
-    def _damaged(self, path: Path, what: str = "its size or checksum") -> CorruptFileError:
+    def _damaged(
+        self, name: str, what: str = "its size or checksum", detail: str = ""
+    ) -> CorruptFileError:
+        """`name`'s file differs from its entry in `what` (`detail`: by how much)."""
+        path = self.path(name)
+        if "path" in self.entries[name]:
+            return CorruptFileError(
+                f"{path} has changed since the model was cached ({what} differs from "
+                f"{self.folder / MANIFEST}{detail}): {self._referenced(path)}"
+            )
         return CorruptFileError(
             f"{path} is damaged ({what} differs from {MANIFEST}): {self.rebuild}"
         )
 
+    def _referenced(self, path: Path) -> str:
+        """What a referenced file is and how to recover when it is not as cached."""
+        return (
+            f"the model cache {self.folder} reads it in place (cache: reference) instead of a "
+            "copy of its own; put the original file back at that path, or, to use the source "
+            f"folder as it is now, {self.rebuild}"
+        )
+
     def _present(self, name: str, want: dict) -> Path:
-        path = self.folder / name
+        path = self.path(name)
         if not path.is_file():
+            if "path" in want:
+                raise CorruptFileError(
+                    f"{path} is missing (moved or deleted since the model was cached): "
+                    f"{self._referenced(path)}"
+                )
             raise CorruptFileError(f"{path} is missing: {self.rebuild}")
-        if path.stat().st_size != want["bytes"]:
-            raise self._damaged(path, "its size")
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            raise self._damaged(name, "its size", f": {size} bytes, {want['bytes']} when cached")
         return path
 
     def check_all(self) -> None:
@@ -240,7 +307,7 @@ class Manifest:
         for name, want in self.entries.items():
             path = self._present(name, want)
             if _crc32(path) != want["crc32"]:
-                raise self._damaged(path)
+                raise self._damaged(name)
 
     def check_but_tensors(self) -> None:
         """Every file whole but the weights files, of which the size and the header (the
@@ -250,9 +317,9 @@ class Manifest:
             path = self._present(name, want)
             if "tensors" in want:
                 if _crc32(path, 0, self._header(name)[0]) != want["header_crc32"]:
-                    raise self._damaged(path, "its header")
+                    raise self._damaged(name, "its header")
             elif _crc32(path) != want["crc32"]:
-                raise self._damaged(path)
+                raise self._damaged(name)
 
     def check_tensors(self, file: str, names: Iterable[str]) -> None:
         """The bytes of these tensors of a weights file, each against its own checksum (the
@@ -262,7 +329,7 @@ class Manifest:
             raise CorruptFileError(f"{self.folder / file} is not in {MANIFEST}: {self.rebuild}")
         if "tensors" not in want:
             return  # an older manifest: the whole file was checked
-        path = self.folder / file
+        path = self.path(file)
         start, header = self._header(file)
         for name in names:
             if (file, name) in self._checked:
@@ -271,7 +338,7 @@ class Manifest:
                 raise CorruptFileError(f"{path} lacks the tensor {name}: {self.rebuild}")
             first, last = header[name]["data_offsets"]
             if _crc32(path, start + first, last - first) != want["tensors"][name]:
-                raise self._damaged(path, f"the checksum of tensor {name}")
+                raise self._damaged(file, f"the checksum of tensor {name}")
             self._checked.add((file, name))
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jtc.files.io import CorruptFileError
 from jtc.model.adapters import (
     ADAPTERS,
     UnsupportedArchitecture,
@@ -27,6 +28,7 @@ from jtc.model.adapters import (
     task_from_classes,
 )
 from jtc.model.joined import Parts, is_parts, locate, parts_problem
+from jtc.model.manifest import safetensors_header
 from jtc.model.packages import package_path
 
 
@@ -215,3 +217,99 @@ def part_problem(name: str, spec: dict[str, Any]) -> str | None:
     except UnsupportedArchitecture as err:
         return f"model '{name}': {err}"
     return None
+
+
+# models.NAME.cache: "copy" (the default) caches the weights in results/models/NAME;
+# "reference" reads them in place from a local folder of safetensors files
+CACHE_MODES = ("copy", "reference")
+SINGLE_FILE = "model.safetensors"  # what transformers reads from a folder first
+SHARD_INDEX = "model.safetensors.index.json"  # else this, and the shards it lists
+STORED_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+
+
+def referenced_files(folder: Path) -> list[Path] | str:
+    """The files of a model folder that transformers reads its weights from (model.safetensors,
+    else model.safetensors.index.json and the shards it lists), or why the folder has none."""
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    index = folder / SHARD_INDEX
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"its {SHARD_INDEX} cannot be read ({type(exc).__name__}: {exc})"
+        missing = [shard for shard in shards if not (folder / shard).is_file()]
+        if missing or not shards:
+            return f"its {SHARD_INDEX} lists shards that are not there: {', '.join(missing)}"
+        return [index, *(folder / shard for shard in shards)]
+    pickles = sorted(p.name for p in folder.glob("*.bin"))
+    held = (
+        f"it holds {', '.join(pickles[:3])}: pickled weights, which are never read in place"
+        if pickles
+        else "it holds no weights transformers reads"
+    )
+    return f"it has no {SINGLE_FILE} or {SHARD_INDEX} ({held})"
+
+
+def stored_dtypes(files: list[Path]) -> set[str]:
+    """The types the floating-point tensors of these safetensors files are stored in (float32,
+    bfloat16, float16, or safetensors' own name of another); CorruptFileError for a file whose
+    header cannot be read."""
+    found: set[str] = set()
+    for path in files:
+        if path.suffix != ".safetensors":
+            continue
+        _, header = safetensors_header(path)
+        for tensor in header.values():
+            kind = str(tensor.get("dtype", ""))
+            if kind.startswith(("F", "BF")):
+                found.add(STORED_DTYPES.get(kind, kind))
+    return found
+
+
+def reference_problem(name: str, spec: dict[str, Any]) -> str | None:
+    """For models.NAME.cache: reference, before any weights are loaded: a source that is not a
+    local folder of safetensors weights (a hub id, a GGUF file, a "parts:" or "package:"
+    source, a folder of .bin pickles), or weights stored in another type than the compute
+    dtype (models.NAME.dtype). None for cache: copy, or a source that can be referenced."""
+    if spec.get("cache", "copy") != "reference":
+        return None
+    source, dtype = str(spec["source"]), spec.get("dtype", "float32")
+    key = f"config key 'models.{name}.cache'"
+    copy = f"set models.{name}.cache: copy (the default) to cache a copy of the weights"
+    what = _unreferenceable(spec)
+    if isinstance(what, str):
+        return (
+            f"{key}: reference reads the weights in place from a local folder of *.safetensors "
+            f"files, and the source '{source}' is {what}; {copy}"
+        )
+    try:
+        stored = stored_dtypes(what)
+    except CorruptFileError as exc:
+        return f"{key}: the source '{source}' cannot be referenced: {exc}"
+    if stored and stored != {dtype}:
+        return (
+            f"{key}: reference runs the model on the weights as stored, and the source "
+            f"'{source}' stores them in {' and '.join(sorted(stored))} while models.{name}.dtype "
+            f"is {dtype}; set models.{name}.dtype: {sorted(stored)[0]} to run in the stored "
+            f"type, or {copy} converted to {dtype}"
+        )
+    return None
+
+
+def _unreferenceable(spec: dict[str, Any]) -> list[Path] | str:
+    """The files a source's cache would reference, or what the source is that none can be."""
+    source = str(spec["source"])
+    if source.startswith("package:"):
+        return (
+            "a package: source (a folder inside an installed package, which reinstalling replaces)"
+        )
+    if is_parts(spec):
+        return "a parts: source (a GGUF file joined from parts, dequantised as it is loaded)"
+    cands, _ = candidates(spec)
+    if not cands or cands[0].kind == "hub":
+        return "a Hugging Face hub id, not a local folder"
+    if cands[0].gguf_file:
+        return "a GGUF file (dequantised as it is loaded, so never read in place)"
+    files = referenced_files(Path(cands[0].location))
+    return f"a folder without safetensors weights: {files}" if isinstance(files, str) else files

@@ -38,6 +38,7 @@ from jtc.model.sources import (
     local_width,
     part_problem,
     planning_problem,
+    reference_problem,
     source_problem,
 )
 from jtc.pipeline.config import (
@@ -61,7 +62,7 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
         check_config_file(path)
     checked = validate_config(config)
     for name, spec in checked["models"].items():
-        problem = source_problem(name, spec)
+        problem = source_problem(name, spec) or reference_problem(name, spec)
         if problem:
             raise ConfigError(problem)
         layers, width = local_num_layers(spec), local_width(spec)
