@@ -68,7 +68,7 @@ def _check_experiment():
     note = replaced_note(jobs)
     if note:
         print(note, file=sys.stderr)
-    planned = [Job(j.rule, j.wildcards, len(j.outputs)) for j in jobs if j.needrun]
+    planned = [Job(j.rule, j.wildcards, len(j.outputs)) for j in jobs if j.runs]
     if "all" in {job.rule.name for job in workflow.dag.targetjobs}:
         # the jobs after a checkpoint are planned once it is made: those of `all` counted
         # from its targets (missing_jobs, targets.smk)

@@ -36,7 +36,7 @@ STATES_ROW_BYTES = 8  # a states row's sentence id and position (compressed), pe
 SCORE_ROW_BYTES = 80  # decode_predictions: one row of a layer's per-position scores, compressed
 TENSOR_BYTES = 160  # a safetensors tensor's entry in the header (its name, shape, offsets)
 TOKEN_BYTES = 50  # a tokenizer's files per vocabulary entry (Qwen2.5: 7 MB for 151,646)
-RESERVE_BYTES = 512 * 1024**2  # left free: a run that would leave less is refused
+RESERVE_BYTES = 500_000_000  # left free: a run that would leave less is refused
 SHOWN = 5  # the largest outputs a refusal names
 # what shrinks each rule's outputs (the refusal's advice)
 SHRINKS = {
