@@ -103,7 +103,7 @@ def test_a_run_larger_than_the_free_space_is_refused(seven_b, tmp_path):
     results = tmp_path / "results"  # not made yet: its parent's disk
     problem, _ = disk_check(writes, results, usage(free=20e9))
     assert problem is not None
-    assert "writes about 81.6 GB" in problem and "20.0 GB free" in problem, problem
+    assert "writes about 82.0 GB" in problem and "20.0 GB free" in problem, problem
     assert str(tmp_path) in problem
     assert "fit_map(model=m, corpus=c): 35.5 GB" in problem, problem
     assert "resolve_model(model=m): 28.0 GB" in problem, problem
@@ -112,7 +112,7 @@ def test_a_run_larger_than_the_free_space_is_refused(seven_b, tmp_path):
     # what fits is said in one line
     problem, note = disk_check(writes, results, usage(free=90e9))
     assert problem is None
-    assert note == f"jtc: this run writes about 81.6 GB; 90.0 GB free on {tmp_path}"
+    assert note == f"jtc: this run writes about 82.0 GB; 90.0 GB free on {tmp_path}"
 
 
 def test_a_disk_without_free_space_is_refused(tmp_path):
