@@ -76,11 +76,15 @@ def _check_experiment():
     check_disk(planned)
 
 
-def check_disk(jobs):
+def check_disk(jobs, shown=False):
     """Refuse a run whose jobs write more than the results folder's disk has free, naming
     the largest outputs and the keys that shrink them; else say what it writes
-    (jtc.pipeline.disk)."""
+    (jtc.pipeline.disk). `shown`: the refusal printed first, for a caller whose error
+    Snakemake shows without its message (an input function's)."""
     problem, note = disk_check(planned_writes(jobs, config), paths.RESULTS)
+    if problem and shown:
+        print(problem, file=sys.stderr)
+        raise WorkflowError("the run does not fit on the disk (the estimate above)")
     if problem:
         raise WorkflowError(problem)
     print(note, file=sys.stderr)

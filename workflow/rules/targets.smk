@@ -91,7 +91,7 @@ def dry_run_disk(wildcards):
     """No input: in a dry run of `all`, which runs no onstart, the disk its jobs would
     write checked (lifecycle.smk's check_disk), from what is known as the DAG is built."""
     if workflow.is_main_process and getattr(workflow.output_settings, "dryrun", False):
-        check_disk(missing_jobs())
+        check_disk(missing_jobs(), shown=True)
     return []
 
 
