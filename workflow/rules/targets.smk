@@ -49,7 +49,9 @@ def missing_jobs():
 
 def unique_jobs(jobs):
     """Each job once (by rule and wildcards)."""
-    return list({(j.rule, tuple(sorted(j.wildcards.items()))): j for j in jobs}.values())
+    return list(
+        {(j.rule, tuple(sorted(j.wildcards.items()))): j for j in jobs}.values()
+    )
 
 
 def pruned_folders():
@@ -89,7 +91,8 @@ def checked_targets():
 
 def dry_run_disk(wildcards):
     """No input: in a dry run of `all`, which runs no onstart, the disk its jobs would
-    write checked (lifecycle.smk's check_disk), from what is known as the DAG is built."""
+    write checked (lifecycle.smk's check_disk), from what is known as the DAG is built.
+    """
     if workflow.is_main_process and getattr(workflow.output_settings, "dryrun", False):
         check_disk(missing_jobs(), shown=True)
     return []
