@@ -9,6 +9,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
+from jtc.pipeline.disk import Job, disk_check, planned_writes
 from jtc.pipeline.keep import NO_LINKS_NOTE, Keeper, drop_stale
 from jtc.pipeline.draws import sizes_problem
 from jtc.pipeline.locks import run_start
@@ -56,8 +57,9 @@ def _restore_kept():
 
 def _check_experiment():
     """Before any job starts: refuse outputs that the run would read as they are but that were
-    made with other settings (or are other outputs), and more sentences than a prepared
-    corpus has (jtc.pipeline.draws); say which outputs it replaces as the config changed.
+    made with other settings (or are other outputs), more sentences than a prepared corpus
+    has (jtc.pipeline.draws), and more than the disk holds (check_disk); say which outputs it
+    replaces as the config changed.
     """
     jobs = planned_jobs(workflow.dag)
     problem = stale_problem(jobs) or sizes_problem(jobs, config)
@@ -66,6 +68,26 @@ def _check_experiment():
     note = replaced_note(jobs)
     if note:
         print(note, file=sys.stderr)
+    planned = [Job(j.rule, j.wildcards, len(j.outputs)) for j in jobs if j.runs]
+    if "all" in {job.rule.name for job in workflow.dag.targetjobs}:
+        # the jobs after a checkpoint are planned once it is made: those of `all` counted
+        # from its targets (missing_jobs, targets.smk)
+        planned = unique_jobs(planned + missing_jobs())
+    check_disk(planned)
+
+
+def check_disk(jobs, shown=False):
+    """Refuse a run whose jobs write more than the results folder's disk has free, naming
+    the largest outputs and the keys that shrink them; else say what it writes
+    (jtc.pipeline.disk). `shown`: the refusal printed first, for a caller whose error
+    Snakemake shows without its message (an input function's)."""
+    problem, note = disk_check(planned_writes(jobs, config), paths.RESULTS)
+    if problem and shown:
+        print(problem, file=sys.stderr)
+        raise WorkflowError("the run does not fit on the disk (the estimate above)")
+    if problem:
+        raise WorkflowError(problem)
+    print(note, file=sys.stderr)
 
 
 onstart:

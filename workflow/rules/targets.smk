@@ -1,11 +1,15 @@
 # The targets of `all` (every output of the experiment, jtc.pipeline.planning.Experiment), each
-# existing one checked while planning, and the report's landing page.
+# existing one checked while planning, the jobs of `all` still to run (the disk estimate,
+# jtc.pipeline.disk), and the report's landing page.
+import itertools
+import os
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from jtc import paths
+from jtc.pipeline.disk import Job
 from jtc.pipeline.planning import damaged_problem, leftovers_note
 
 
@@ -19,6 +23,35 @@ def get_final_output():
     tables, states, maps, per-position scores): an output deleted by hand is made again by the
     next run, with what depends on it, even where what follows it is up to date."""
     return EXPERIMENT.targets(_outputs_of)
+
+
+def missing_jobs():
+    """The jobs of `all` with an output missing (jtc.pipeline.disk.Job: rule, wildcards,
+    outputs), as known while this file is read: the targets' jobs (EXPERIMENT.targets, its
+    outputs_of recorded), the cached models and the sentence tables."""
+    jobs = [("resolve_model", {"model": m}) for m in MODELS]
+    jobs += [("prepare_corpus", {"corpus": c}) for c in CORPORA]
+
+    def record(rule, **wildcards):
+        lists = {k: v if isinstance(v, list) else [v] for k, v in wildcards.items()}
+        for values in itertools.product(*lists.values()):
+            jobs.append((rule, dict(zip(lists, values))))
+        return _outputs_of(rule, **wildcards)
+
+    EXPERIMENT.targets(record)
+    missing = []
+    for rule, wildcards in jobs:
+        outputs = _outputs_of(rule, **wildcards)
+        if not all(os.path.exists(o) for o in outputs):
+            missing.append(Job(rule, wildcards, len(outputs)))
+    return unique_jobs(missing)
+
+
+def unique_jobs(jobs):
+    """Each job once (by rule and wildcards)."""
+    return list(
+        {(j.rule, tuple(sorted(j.wildcards.items()))): j for j in jobs}.values()
+    )
 
 
 def pruned_folders():
@@ -54,6 +87,15 @@ def checked_targets():
         if note:
             print(note, file=sys.stderr)
     return targets
+
+
+def dry_run_disk(wildcards):
+    """No input: in a dry run of `all`, which runs no onstart, the disk its jobs would
+    write checked (lifecycle.smk's check_disk), from what is known as the DAG is built.
+    """
+    if workflow.is_main_process and getattr(workflow.output_settings, "dryrun", False):
+        check_disk(missing_jobs(), shown=True)
+    return []
 
 
 def report_text():
