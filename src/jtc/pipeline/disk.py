@@ -181,7 +181,7 @@ def large_bytes(rule: str, wildcards: Mapping[str, str], config: dict[str, Any])
         return layers * 8 * states_file_bytes(shape.rows, d, stored)
     if rule == "fit_map":
         itemsize = ITEMSIZE[config["maps"]["dtype"]]
-        closed = [m for m in config["methods"] if METHODS[m].name in ("mat", "rrr")]
+        closed = [m for m in config["methods"] if m != "id" and not METHODS[m].trained]
         return sum(map_bytes(m, shape, config, itemsize) for m in closed)
     if rule == "train_map":
         return map_bytes(wildcards["method"], shape, config)
