@@ -58,7 +58,8 @@ class Shape:
     parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
     runs: int = 1  # replace_parts: jump layers × variants; run_pruned: spans × variants
     jumps: int = 1
-    matrices: int = 0  # calibrate_pruning: the d × d float64 sums it holds
+    # calibrate_pruning: the d × d float64 sums it holds; r2_table: the maps and work arrays
+    matrices: int = 0
     # calibrate_pruning with replaceme_cosine (jtc.pruning.cosine): the (tokens, d) float32
     # rows it keeps (starts and states), and its Adam passes (spans × epochs)
     cosine_rows: int = 0
@@ -173,6 +174,9 @@ def stage_shape(
     if stage == "fit_map":
         validation = config["sizes"]["validation"] * rows_per_sentence(config, "validation")
         shape = dataclasses.replace(shape, validation_rows=validation)
+    if stage == "r2_table":  # a trained method's map and its work arrays (mat, rrr: scored)
+        trained = any(METHODS[m].trained for m in config["methods"])
+        shape = dataclasses.replace(shape, matrices=3 if trained else 0)
     if stage == "train_map" and method is not None:
         return dataclasses.replace(shape, head=METHODS[method].needs_head)
     if stage in ("calibrate_pruning", "run_pruned"):

@@ -24,6 +24,9 @@ GFLOPS = 50.0  # sustained throughput assumed for run times
 BASE_MB = 500
 TORCH_FREE_BASE_MB = 250
 TORCH_FREE = ("r2_table", "fit_parts", "part_r2_table")  # stages whose jobs import no torch
+# r2_table imports numpy and pyarrow alone: 114-128 MB at the peak with 29 MB of states at width
+# 4,096 (2-core machine, 2026-11-29)
+BASE_MB_OF = {"r2_table": 120}
 MARGIN = 1.15  # on what a job holds beyond the interpreter: allocator slack, what is not counted
 MIN_RUNTIME = 10  # minutes
 
@@ -31,7 +34,7 @@ MIN_RUNTIME = 10  # minutes
 def memory_mb(stage: str, shape: Shape, attempt: int = 1) -> int:
     """Memory request (MB) of one job of `stage`: the interpreter and libraries (less for a
     stage that imports no torch) and what the job holds, with a margin, rounded up to 100 MB."""
-    base = TORCH_FREE_BASE_MB if stage in TORCH_FREE else BASE_MB
+    base = BASE_MB_OF.get(stage, TORCH_FREE_BASE_MB if stage in TORCH_FREE else BASE_MB)
     need = base + MARGIN * _data_mb(stage, shape)
     return int(math.ceil(need * attempt / 100) * 100)
 
@@ -75,12 +78,13 @@ def _data_mb(stage: str, shape: Shape) -> float:
             + 128 * s.vocab * 4 * 4 / 1e6
             + 6 * square_mb
         )
-    elif stage == "r2_table":  # every validation layer, in float64, one prediction; a source
-        # layer's maps and their float64 work arrays
+    elif stage == "r2_table":  # every validation layer, in float64, one prediction; a trained
+        # method's map with its float64 work arrays (mat's and rrr's pairs come scored by
+        # fit_map: s.matrices is 0 without a trained method)
         need = (
             s.states_mb(s.rows, itemsize=8)
             + 2 * s.rows * s.width * 8 / 1e6
-            + (s.layers + 2) * square_mb
+            + s.matrices * square_mb
         )
     elif stage == "prediction_examples":  # a few sentences: the head in float32 and one map
         # (read one at a time) with its product
@@ -88,8 +92,14 @@ def _data_mb(stage: str, shape: Shape) -> float:
     elif stage == "decode_predictions":
         # the head, logits chunks (and the shortlist check's: its V × k factor, ẑ), states, and
         # one map (read one at a time) with its product
-        # (Qwen2.5 0.5B, its head 545 MB in float32: 1.1 GB at the peak, 2026-11-28)
-        need = 1.5 * s.head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6 + square_mb
+        # (Qwen2.5 0.5B, its head 545 MB in float32: 1.1 GB at the peak, 2026-11-28); a 16-bit
+        # head as stored too, beside its float32 copy (width 4,096, 49,152 tokens, bfloat16:
+        # 2,758 MB at the peak, 2026-11-29)
+        stored_head_mb = (
+            0 if s.parameter_bytes == 4 else s.vocab * s.width * s.parameter_bytes / 1e6
+        )
+        need = 1.5 * s.head_mb + stored_head_mb + 4 * 64 + s.rows * s.width * 4 * 6 / 1e6
+        need += square_mb
     elif stage == "fit_shortlist":  # the head as stored and in float32, its float64 copy, the
         # last layer's states, and width × width float64 arrays (second moment, its roots, the
         # head's Gram matrix, their product)
