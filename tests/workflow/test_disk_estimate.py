@@ -7,21 +7,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from disk_use import said_estimate, size
 from harness import make_tiny_project, run_snakemake
 
 from jtc.pipeline.config import validate_config
 from jtc.pipeline.disk import Job, job_bytes, large_bytes
 
 pytestmark = pytest.mark.workflow
-
-UNITS = {"TB": 1e12, "GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1}
-ESTIMATE = re.compile(r"jtc: this run writes about ([\d.]+) (\w+);")
-
-
-def said_estimate(proc) -> float:
-    found = ESTIMATE.search(proc.stdout + proc.stderr)
-    assert found, proc.stderr[-3000:]
-    return float(found.group(1)) * UNITS[found.group(2)]
 
 
 def run_jobs(proc) -> list[Job]:
@@ -37,12 +29,6 @@ def run_jobs(proc) -> list[Job]:
         wildcards = dict(kv.split("=", 1) for kv in given.group(1).split(", ")) if given else {}
         jobs.append(Job(rule.group(1), wildcards, len(outputs.group(1).split(", "))))
     return jobs
-
-
-def size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def test_the_estimate_is_within_a_fifth_of_what_a_run_writes(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import waits
 import yaml
+from disk_use import said_estimate, size
 from harness import ROOT, python_example, rules_run, run_snakemake
 
 pytestmark = pytest.mark.workflow
@@ -101,6 +102,11 @@ def test_smoke_experiment_runs_every_stage(early_runs):
     assert set(accuracy.column("task").to_pylist()) == set(benchmarks["tasks"])
     assert set(accuracy.column("documents").to_pylist()) == {benchmarks["limit"]}
     assert (workdir / "results/figures/smollm2/news/benchmarks.png").stat().st_size
+    # the disk it said it would write, as the jobs started (jtc.pipeline.disk), within a fifth
+    # of what it wrote: the real packaged models' caches, their states and maps
+    estimate = said_estimate(proc)
+    wrote = sum(size(workdir / name) for name in ("results", "logs", "benchmarks"))
+    assert 0.8 <= estimate / wrote <= 1.2, (estimate, wrote)
     exported = run_snakemake(workdir, "pruned", configfile=SMOKE)
     assert rules_run(exported) == {"export_pruned": 1, "pruned": 1}
     # what the experiment made outside `all` (lm-eval's task files, the checkpoint) is its own

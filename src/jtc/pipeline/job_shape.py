@@ -17,7 +17,7 @@ from typing import Any
 
 from jtc import paths
 from jtc.model.gguf_header import GGUFHeaderError, GGUFShape, read_shape
-from jtc.model.sources import gguf_files
+from jtc.model.sources import candidates, gguf_files
 from jtc.pipeline.config import split_positions
 from jtc.pruning.spans import (
     StatisticsPlan,
@@ -94,10 +94,10 @@ class Shape:
 
     @classmethod
     def of_source(cls, spec: dict[str, Any], rows: int, tokens: int) -> Shape:
-        """Before the model is cached: the shape of a local model folder (its config.json, and
-        its weight files' bytes for the parameters) or of a GGUF file or its parts (the file's
-        header), in the compute dtype of `spec` (models.NAME); any other source (a hub id)
-        gives the large default."""
+        """Before the model is cached: the shape of a local model folder or one inside an
+        installed package (its config.json, and its weight files' bytes for the parameters) or
+        of a GGUF file or its parts (the file's header), in the compute dtype of `spec`
+        (models.NAME); any other source (a hub id) gives the large default."""
         compute_bytes = ITEMSIZE.get(spec.get("dtype", "float32"), 4)
         default = cls(rows=rows, tokens=tokens, parameter_bytes=compute_bytes)
         gguf = gguf_files(spec) if spec.get("source") else None
@@ -113,7 +113,10 @@ class Shape:
                 parameters=header.parameters,
                 vocab=header.vocab,
             )
-        folder = Path(str(spec.get("source", ""))).expanduser()
+        found, _ = candidates(spec) if spec.get("source") else ([], [])
+        if not found or found[0].kind == "hub":
+            return default
+        folder = Path(found[0].location)  # a local folder, or one inside an installed package
         try:
             config = json.loads((folder / "config.json").read_text())
         except (OSError, ValueError):
