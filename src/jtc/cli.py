@@ -96,13 +96,24 @@ def _prune_parser(commands, defaults) -> None:
         "maps.safetensors), with VARIANT.start_I.length_N.weight; for every --variant but drop "
         "(a file fitted on another model is refused)",
     )
-    sub.add_argument("--out", required=True, help="folder to write, new or empty")
-    sub.add_argument("--force", action="store_true", help="replace --out even if it holds files")
+    sub.add_argument(
+        "--out",
+        required=True,
+        help="folder to write, new or empty, outside the workflow's results folder and "
+        "--model-dir; its stamp.json records each file's size and sha256",
+    )
+    sub.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even if it holds files (never a folder that is or holds a jtc "
+        "output: a model cache, a states folder, a workflow run's results)",
+    )
 
 
 def _prune(args: argparse.Namespace) -> int:
     from jtc.pruning.checkpoint import DESCRIPTION, export
     from jtc.pruning.export_inputs import export_problem
+    from jtc.pruning.out_folder import PRUNE, out_problem
     from jtc.pruning.variants import variant_of
 
     try:
@@ -113,7 +124,10 @@ def _prune(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--variant {args.variant} takes no --maps (it removes the blocks as they are)"
             )
-        # each input refused as what it is, by its option, before anything is loaded
+        # where it writes, then each input refused as what it is, before anything is loaded
+        problem = out_problem(args.model_dir, args.out, args.force)
+        if problem:
+            raise ValueError(problem)
         problem = export_problem(args.model_dir, args.maps, ("--model-dir", "--maps"))
         if problem:
             raise ValueError(problem)
@@ -125,6 +139,7 @@ def _prune(args: argparse.Namespace) -> int:
             variant=args.variant,
             maps=args.maps,
             force=args.force,
+            made_by=PRUNE,
         )
     except (OSError, ValueError, RuntimeError) as err:
         print(f"jtc prune: {err}", file=sys.stderr)

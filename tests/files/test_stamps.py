@@ -166,6 +166,32 @@ def test_the_run_refuses_outputs_made_with_other_settings_and_names_what_it_repl
     assert "carries no stamp" in problem
 
 
+def test_a_param_waiting_for_a_checkpoint_is_no_settings_change(in_job):
+    """The model cache deleted to rebuild it (a damaged one): while the run plans, replace_parts'
+    jump layers (read off the cache's info.json, a checkpoint the run makes again) are
+    Snakemake's placeholder, whose digest differs from the stamp's although no setting changed.
+    Its output is not named as replaced; a param that did change still is."""
+    from snakemake.common.tbdstring import TBDString
+
+    from jtc.pipeline.planning import replaced_note
+
+    replaced = "results/submodules/m/c/replaced.parquet"
+    in_job("replace_parts", [replaced], code="abc", jumps=[4, 8], sentences=50)
+    write_table(small_table(), replaced)
+    stamps.end()
+
+    def job(**params):
+        return PlannedJob("replace_parts", {"model": "m", "corpus": "c"}, params, [replaced], True)
+
+    waiting = job(code="abc", jumps=TBDString(), sentences=50)
+    assert replaced_outputs([waiting]) == []
+    assert replaced_note([waiting]) is None
+    nested = job(code="abc", jumps={"layers": [TBDString()]}, sentences=50)
+    assert replaced_outputs([nested]) == []
+    assert replaced_outputs([job(code="abc", jumps=[4, 8], sentences=60)]) == [replaced]
+    assert replaced_outputs([job(code="abc", jumps=[4, 8], sentences=50)]) == []
+
+
 def test_outputs_of_another_config_are_listed(in_job):
     made = ["results/maps/m/c/mat.safetensors", "results/maps/m/c/rrr.safetensors"]
     in_job("fit_map", made)

@@ -5,6 +5,7 @@ transform, the removed blocks skipped); the architectures and spans that cannot 
 refused by name, and nothing is written then."""
 
 import json
+import os
 import shutil
 import types
 from pathlib import Path
@@ -558,8 +559,8 @@ def test_prune_names_a_model_dir_that_does_not_exist_or_is_no_model_cache(
     assert "`snakemake results/models/NAME`" in err and "rm " not in err and "damaged" not in err
     assert files_under(source) == before
 
-    code, _ = prune("results/models/llama", None, capsys, out="results/pruned/llama/news")
-    assert code == 0
+    # a pruned checkpoint where the workflow writes its own (jtc prune refuses to write there)
+    export("results/models/llama", "results/pruned/llama/news", start=1, length=1, variant="drop")
     code, err = prune("results/pruned/llama/news", maps, capsys)
     assert code == 2
     assert "--model-dir results/pruned/llama/news is a pruned checkpoint" in err
@@ -633,3 +634,150 @@ def test_prune_names_a_wrong_maps_file_as_the_wrong_input(run_folder, capsys):
     assert "fitted on model 'qwen2'" in err and "not on model 'llama' being pruned" in err
     assert "rm " not in err and "damaged" not in err
     assert files_under(run_folder / "results") == before and not Path("out").exists()
+
+
+# --- `jtc prune --out`: never into a workflow's results or the model cache, --force never over
+# a jtc output; what it writes is recorded in stamp.json ------------------------------------
+
+
+def prune_out(capsys, out, *more, model_dir="results/models/llama"):
+    """`jtc prune --variant drop` of blocks 2..2 to `out`: (exit code, stderr)."""
+    argv = ["prune", "--model-dir", str(model_dir), "--start", "1", "--length", "1"]
+    code = main([*argv, "--variant", "drop", "--out", str(out), *more])
+    return code, capsys.readouterr().err
+
+
+def stamped_states(folder):
+    """A states folder as extract_hidden writes it (stamp.json naming it), at `folder`."""
+    from jtc.files import stamps
+    from jtc.files.io import atomic_dir
+
+    name = "results/hidden/llama/news/train"
+    stamps.begin("extract_hidden", {"model": "llama"}, {"code": "x"}, [name])
+    try:
+        with atomic_dir(name) as tmp:
+            (tmp / "layer_000.parquet").write_bytes(b"states")
+    finally:
+        stamps.end()
+    if Path(folder) != Path(name):
+        shutil.copytree(name, folder)
+    return Path(folder)
+
+
+def test_prune_never_writes_into_a_run_or_over_the_model_cache(run_folder, capsys):
+    """--out inside the run's results folder (a new folder, a new folder inside the model
+    cache), equal to --model-dir (with --force too), holding --model-dir, or over a states
+    folder with --force: each refused naming both paths, nothing written or deleted."""
+    stamped_states("results/hidden/llama/news/train")
+    before = files_under(run_folder / "results")
+    cases = {
+        ("results/pruned/llama/news",): "--out results/pruned/llama/news is inside "
+        f"{run_folder / 'results'}, the results folder of a jtc workflow run (",
+        ("results/models/llama/pruned",): "--out results/models/llama/pruned is inside "
+        "--model-dir results/models/llama: it would be written into the model cache",
+        ("results/models/llama",): "--out results/models/llama is --model-dir "
+        "results/models/llama: the pruned checkpoint would replace the model cache",
+        ("results/models/llama", "--force"): "--out results/models/llama is --model-dir "
+        "results/models/llama",
+        ("results", "--force"): "--model-dir results/models/llama is inside --out results:",
+        ("results/hidden/llama/news/train", "--force"): "--out results/hidden/llama/news/train "
+        "is inside",
+    }
+    for args, said in cases.items():
+        code, err = prune_out(capsys, *args)
+        assert code == 2, args
+        assert err.startswith(f"jtc prune: {said}"), err
+        assert "--out shared/NAME" in err and "snakemake pruned" in err, err
+    assert files_under(run_folder / "results") == before
+    assert not Path("results/pruned").exists() and not Path("results/models/llama/pruned").exists()
+
+
+def test_force_never_replaces_a_jtc_output_outside_a_run(run_folder, capsys):
+    """Copies outside results/ of a states folder and of a model cache, and a folder holding a
+    workflow run: --force refuses each, naming what it is; nothing changes."""
+    states = stamped_states("elsewhere/train")
+    cache = Path("elsewhere/cache")
+    shutil.copytree("results/models/llama", cache)
+    run = Path("elsewhere/run")
+    (run / ".snakemake").mkdir(parents=True)
+    (run / "Snakefile").write_text("")
+    before = files_under(run_folder / "elsewhere")
+    for out, said in (
+        (
+            states,
+            f"{states} is the workflow output results/hidden/llama/news/train "
+            "(made by rule extract_hidden)",
+        ),
+        (cache, f"{cache} is a jtc model cache (it holds info.json and manifest.json)"),
+        (run, f"{run} is a Snakemake workflow run's folder (it holds "),
+        (Path("elsewhere"), "is a jtc model cache"),
+    ):
+        code, err = prune_out(capsys, out, "--force")
+        assert code == 2, out
+        assert err.startswith(f"jtc prune: --out {out} is not replaced even with --force: "), err
+        assert said in err, err
+    assert files_under(run_folder / "elsewhere") == before
+    # the library's force=True refuses it too
+    with pytest.raises(FileExistsError, match="is a jtc model cache"):
+        write_pruned("results/models/llama", cache, start=1, length=1, variant="drop", force=True)
+
+
+def test_out_in_a_results_folder_is_known_by_the_run_marks(tmp_path):
+    """A folder named results is a run's when Snakemake's .snakemake is beside it, or it holds
+    jtc's stamp records or a folder output; a plain one, or any other folder, is not."""
+    from jtc.pruning.out_folder import out_problem
+
+    model = tmp_path / "cache"
+    for marks, refused in (
+        ((), False),
+        ((".snakemake",), True),
+        (("results/.stamps",), True),
+        (("results/figures",), False),
+        (("results/models/x/info.json",), True),
+    ):
+        base = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        (base / "results").mkdir(parents=True)
+        for mark in marks:
+            path = base / mark
+            if path.suffix:
+                path.parent.mkdir(parents=True)
+                path.write_text("{}")
+            else:
+                path.mkdir(parents=True)
+        problem = out_problem(model, base / "results/new/pruned")
+        assert (problem is not None) == refused, (marks, problem)
+        if refused:
+            assert f"is inside {base / 'results'}, the results folder of a jtc" in problem
+
+
+def test_prune_records_its_files_and_force_replaces_a_folder_of_ones_own(run_folder, capsys):
+    """jtc prune's folder has a stamp.json with each file's size and sha256, which
+    verify_folders checks (a byte changed with its mtime put back is found); --force replaces
+    a folder jtc prune wrote and a plain folder of the user's."""
+    from jtc.files.stamps import StampError, verify_folders
+
+    code, err = prune_out(capsys, "shared/drop")
+    assert code == 0, err
+    stamp = json.loads(Path("shared/drop/stamp.json").read_text())
+    assert stamp["made_by"] == "jtc prune" and "rule" not in stamp
+    assert {"model.safetensors", "config.json", "pruning.json"} <= set(stamp["files"])
+    weights = Path("shared/drop/model.safetensors")
+    assert stamp["files"]["model.safetensors"]["bytes"] == weights.stat().st_size
+    verify_folders(["shared/drop"])
+    data, times = bytearray(weights.read_bytes()), weights.stat()
+    data[-3] ^= 0x01
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+    with pytest.raises(StampError, match="model.safetensors is not the file its job wrote"):
+        verify_folders(["shared/drop"])
+
+    assert prune_out(capsys, "shared/drop")[0] == 2  # holds files: --force needed
+    code, err = prune_out(capsys, "shared/drop", "--force")  # its own: replaced
+    assert code == 0, err
+    verify_folders(["shared/drop"])
+    mine = Path("mine")
+    mine.mkdir()
+    (mine / "notes.txt").write_text("old")
+    code, err = prune_out(capsys, mine, "--force")
+    assert code == 0, err
+    assert not (mine / "notes.txt").exists() and (mine / "pruning.json").is_file()

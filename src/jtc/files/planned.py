@@ -73,12 +73,31 @@ def stale_outputs(jobs: Iterable[PlannedJob]) -> list[str]:
     return problems
 
 
+# what Snakemake puts in a param whose function reads the output of a checkpoint that the run
+# makes first (its TBDString): e.g. replace_parts' jump layers, read off the model cache's
+# info.json, while the model is cached again. The value is known once the checkpoint has run.
+UNDETERMINED = "<TBD>"
+
+
+def undetermined(value: Any) -> bool:
+    """Whether a param value (a mapping or sequence: any value in it) is not known yet while
+    the run plans (UNDETERMINED: it waits for a checkpoint the run makes first)."""
+    if isinstance(value, Mapping):
+        return any(undetermined(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(undetermined(v) for v in value)
+    return isinstance(value, str) and value == UNDETERMINED
+
+
 def replaced_outputs(jobs: Iterable[PlannedJob]) -> list[str]:
     """Existing outputs that the run will remake because the config asks for other settings
-    than those they were made with (not those remade for new code or new inputs alone)."""
+    than those they were made with (not those remade for new code or new inputs alone). A job
+    whose params are not all known yet (`undetermined`: they wait for a checkpoint the run
+    remakes, such as a model cache deleted to rebuild it) is not named: its digest would be of
+    the placeholder, not of its settings, and differ from its stamp's whatever the config."""
     replaced = []
     for job in jobs:
-        if not job.runs:
+        if not job.runs or undetermined(job.params):
             continue
         wanted = config_digest(job.rule, job.wildcards, job.params)
         for path in job.outputs:

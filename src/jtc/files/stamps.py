@@ -149,6 +149,18 @@ def write_folder_stamp(tmp: Path, final: Path) -> None:
         (Path(tmp) / FOLDER_STAMP).write_text(json.dumps(stamp, sort_keys=True) + "\n")
 
 
+MADE_BY = "made_by"  # the command that wrote a folder outside a workflow job (own_stamp)
+
+
+def write_own_stamp(folder: Path, made_by: str) -> None:
+    """Record the files of a folder written outside a workflow job (`jtc prune --out`) in its
+    stamp.json as a job's folder output is (write_folder_stamp: size, mtime and sha256 of each),
+    with the command that wrote it and no output path, rule or settings; `verify_folders`
+    checks it."""
+    stamp = {MADE_BY: made_by, "files": digests.record(folder, FOLDER_STAMP)}
+    (Path(folder) / FOLDER_STAMP).write_text(json.dumps(stamp, sort_keys=True) + "\n")
+
+
 # --- reading and checking stamps -------------------------------------------------------------
 
 

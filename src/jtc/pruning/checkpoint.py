@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from jtc.files.stamps import write_own_stamp
 from jtc.model.adapters import Adapter, UnsupportedArchitecture
 from jtc.model.kept_blocks import prune_config
 from jtc.model.sources import shareable_source
@@ -42,6 +43,7 @@ from jtc.pruning.export_check import check_batch, check_export, check_fold, hook
 from jtc.pruning.export_inputs import export_problem
 from jtc.pruning.map_file import calibration_record, load_stand_in
 from jtc.pruning.mlp_fold import final_linear, fold_problem, fold_transform
+from jtc.pruning.out_folder import replace_problem
 from jtc.pruning.variants import EXPORTED, ROTATION_PART, VARIANTS, variant_of
 
 FORMAT = "jtc-pruned-model-v1"  # pruning.json's "format"
@@ -195,6 +197,7 @@ def export(
     maps: str | Path | None = None,
     force: bool = False,
     caveat: str | None = None,
+    made_by: str | None = None,
 ) -> Path:
     """write_pruned, for an exported variant with a map, the span's map read from the maps file
     `maps` (which pruning.json names), each part folded where its record says
@@ -228,6 +231,7 @@ def export(
         transform_source=source,
         calibration=calibration,
         caveat=caveat,
+        made_by=made_by,
     )
 
 
@@ -244,6 +248,7 @@ def write_pruned(
     caveat: str | None = None,
     rotation: np.ndarray | None = None,
     calibration: dict[str, object] | None = None,
+    made_by: str | None = None,
 ) -> Path:
     """Write the cached model `model_dir` (jtc.model.cache) with blocks start+1..start+length
     removed to the folder `out` (new or empty unless `force`): safetensors weights, config,
@@ -255,7 +260,10 @@ def write_pruned(
     the map came from and `calibration` what it was fitted on (the maps file's record,
     jtc.pruning.map_file.calibration_record), `caveat` what the span's choice is worth
     (jtc.pruning.spans.exported_caveat: an underdetermined map, a tie), null when nothing is to
-    be said."""
+    be said. `made_by` (`jtc prune`) records every file's size and sha256 in the folder's
+    stamp.json, as a workflow job's folder output has (jtc.files.stamps.write_own_stamp; a job
+    writes its own stamp over it). `force` never replaces a folder that is or holds a jtc output
+    (jtc.pruning.out_folder.replace_problem)."""
     import transformers
 
     from jtc import __version__
@@ -282,6 +290,9 @@ def write_pruned(
             f"{out} exists and is not empty: write to a new folder, or replace it "
             f"(--force; force=True)"
         )
+    problem = replace_problem(out, "the folder") if force else None
+    if problem:
+        raise FileExistsError(problem)
     problem = cache_problem(model_dir)
     if problem:
         raise ValueError(problem)
@@ -359,4 +370,6 @@ def write_pruned(
             },
         }
         (tmp / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+        if made_by is not None:
+            write_own_stamp(tmp, made_by)
     return out
