@@ -3,7 +3,13 @@ checksum, a transfer cut short, a server that stalls; and MediaWiki dumps read a
 
 import bz2
 import hashlib
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from archives import make_leipzig, make_mediawiki_dump, mediawiki_xml, sentences
@@ -86,6 +92,74 @@ def test_a_broken_transfer_is_refused_and_leaves_nothing(
     assert downloads.download(url, dest, digest, timeout=timeout) == digest
 
 
+def test_a_dripping_download_is_refused_at_its_time_limit(server, archive, tmp_path):
+    """A byte every 0.1 s never stalls for `timeout`; max_seconds ends it, nothing kept."""
+    url = server.add("/c.tar.gz", archive, "drip")
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    start = time.monotonic()
+    with pytest.raises(CorpusError) as err:
+        downloads.download(url, dest, None, timeout=5, max_seconds=1.0, corpus="leip")
+    assert time.monotonic() - start < 4
+    message = str(err.value)
+    got = re.search(rf"(\d+) of the {len(archive)} bytes announced arrived in (\d+\.\d) s", message)
+    assert got and 1 <= int(got[1]) < len(archive) and float(got[2]) >= 1.0, message
+    assert f"download {url} took too long" in message and "limit of 1.0 s" in message
+    assert "nothing was kept" in message and "raise corpora.leip.max_seconds" in message
+    assert left(dest.parent) == []
+    # a slow download within its limit passes
+    small = server.add("/s.tar.gz", b"0123456789", "drip")
+    assert downloads.download(small, dest, None, timeout=5, max_seconds=30, corpus="leip")
+    assert dest.read_bytes() == b"0123456789"
+
+
+def test_the_default_time_limit_is_sized_from_the_expected_length(
+    server, archive, tmp_path, monkeypatch
+):
+    base, rate = downloads.DOWNLOAD_BASE_S, downloads.DOWNLOAD_MIN_RATE
+    assert downloads.time_limit(None, 10 * rate, 0) == base + 10  # from the Content-Length
+    assert downloads.time_limit(None, None, 3 * rate) == base + 3  # else from what arrived
+    assert downloads.time_limit(7.5, 10 * rate, 0) == 7.5  # max_seconds set
+    monkeypatch.setattr(downloads, "DOWNLOAD_BASE_S", 0.5)
+    url = server.add("/c.tar.gz", archive)
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    assert downloads.download(url, dest, None, corpus="w")  # a normal download is in time
+    server.modes["/c.tar.gz"] = "drip"
+    with pytest.raises(CorpusError, match=r"over its limit of 0\.5 s \(0\.5 s plus 1 s per"):
+        downloads.download(url, dest, None, corpus="w")
+    assert left(dest.parent) == ["c.tar.gz"]  # the earlier, whole download untouched
+
+
+def test_a_sigterm_ends_a_download_at_once_and_leaves_nothing(server, archive, tmp_path):
+    """Snakemake stopping the job: the download, waiting on a dripping server, ends within a
+    few seconds (not at its time limit) and its partial file is deleted."""
+    url = server.add("/c.tar.gz", archive, "drip")
+    dest = tmp_path / "downloads" / "c.tar.gz"
+    code = (
+        "import sys; from pathlib import Path; from jtc.data.downloads import download; "
+        "download(sys.argv[1], Path(sys.argv[2]), None, timeout=60, max_seconds=600)"
+    )
+    src = Path(downloads.__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(src), "no_proxy": "127.0.0.1"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, url, str(dest)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    part = dest.with_name("c.tar.gz.part")
+    deadline = time.monotonic() + 30
+    while not part.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert part.exists(), "the download did not start"
+    time.sleep(0.5)  # a few bytes in: the read waits on the server
+    child.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    try:
+        _, stderr = child.communicate(timeout=10)
+    finally:
+        child.kill()
+    assert time.monotonic() - start < 5 and child.returncode != 0
+    assert f"download {url} was stopped (SIGTERM)" in stderr and "nothing was kept" in stderr
+    assert left(dest.parent) == []
+
+
 def test_a_missing_file_on_the_server_is_named(server, tmp_path):
     url = server.base + "/none.xml.bz2"
     dest = tmp_path / "downloads" / "w.xml.bz2"
@@ -157,7 +231,10 @@ def test_a_file_that_is_no_mediawiki_dump_is_named(tmp_path, data):
         ({"source": "mediawiki"}, "'corpora.c.url' is required for source 'mediawiki'"),
         ({"source": "mediawiki", "url": "ftp://x/y.bz2"}, "corpora.c.url"),
         ({"source": "leipzig", "url": "https://x/y", "timeout": 0}, "corpora.c.timeout"),
-        ({"source": "gensim_wiki", "timeout": 5}, "url/sha256/timeout apply only to sources"),
+        (
+            {"source": "gensim_wiki", "timeout": 5},
+            "url/sha256/timeout/max_seconds apply only to sources",
+        ),
         ({"source": "text_file", "path": "x", "sha256": "0" * 64}, "apply only to sources"),
     ],
 )

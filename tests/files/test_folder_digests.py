@@ -206,3 +206,51 @@ def test_a_cached_models_weights_are_checked_by_planning_and_by_the_load(in_job,
     flip(weights, offset=weights.stat().st_size - 3)  # put right, with a new mtime
     assert damaged_outputs([folder]) == []  # hashed: the bytes recorded
     load_cached(folder)
+
+
+TASKS = "results/benchmarks/tasks"
+
+
+def test_a_task_file_edited_with_its_size_and_mtime_kept_is_refused_by_run_benchmarks(in_job):
+    """One PIQA gold label changed, still valid JSON, the size and mtime put back: planning's
+    quick check cannot see it; run_benchmarks hashes every task file before it loads the model
+    and refuses, naming the file and the command that makes the folder again (`all` need not:
+    the tasks are made by `snakemake benchmarks`)."""
+    from jtc.measures.tasks import write_tasks
+    from jtc.stages.benchmarks import run_benchmarks
+
+    in_job("benchmark_tasks", [TASKS], {})
+    with atomic_dir(TASKS) as tmp:
+        write_tasks(tmp, ["piqa"], 2, located=TASKS)
+    stamps.end()
+    documents = Path(TASKS, "piqa.jsonl")
+    text, stat = documents.read_text(), documents.stat()
+    first = text.index('"label": ')
+    label = text[first + 9]
+    edited = text[: first + 9] + ("1" if label == "0" else "0") + text[first + 10 :]
+    documents.write_text(edited)
+    os.utime(documents, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert [json.loads(line) for line in edited.splitlines()]  # still valid JSON lines
+    assert damaged_outputs([TASKS]) == []  # the size and mtime are those recorded
+
+    def benchmarks():
+        run_benchmarks(
+            "results/models/none",  # never loaded: the tasks are checked first
+            "maps.safetensors",
+            "selection.parquet",
+            TASKS,
+            "out.parquet",
+            settings={"tasks": ["piqa"], "limit": 2},
+            measured={"variants": ["drop"], "export_selection": "best"},
+            batch_size=1,
+            seed=0,
+            threads=1,
+        )
+
+    with pytest.raises(CorruptFileError) as raised:
+        benchmarks()
+    message = str(raised.value)
+    assert f"{documents} is not the file its job wrote" in message
+    assert "(its size and mtime are those recorded)" in message
+    assert f"(rm -r {TASKS}, then `snakemake benchmarks`, or `snakemake {TASKS}`" in message
+    assert not Path("out.parquet").exists()

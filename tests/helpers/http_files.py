@@ -1,7 +1,8 @@
 """A local HTTP server on 127.0.0.1 (an ephemeral port, a thread) serving fixed files, whole or
 broken on purpose: a body cut short (its full Content-Length announced, the connection closed
-early) or a server that stalls (before any byte, or mid-body). Only loopback traffic; every
-stall ends at `stall_s` or when the server stops."""
+early), a server that stalls (before any byte, or mid-body) or one that drips (a byte every
+`drip_s`, never stalling). Only loopback traffic; every stall ends at `stall_s`, and every
+drip, when the server stops."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Files:
     """What the server serves: {url path: bytes}, and how each path misbehaves
-    (modes[path] in "whole", "cut", "stall", "stall_body"); `requests` counts the GETs."""
+    (modes[path] in "whole", "cut", "stall", "stall_body", "drip"); `requests` counts the
+    GETs."""
 
-    def __init__(self, stall_s: float):
+    def __init__(self, stall_s: float, drip_s: float = 0.1):
         self.files: dict[str, bytes] = {}
         self.modes: dict[str, str] = {}
         self.requests: dict[str, int] = {}
         self.stall_s = stall_s
+        self.drip_s = drip_s
         self.stopping = threading.Event()
         self.base = ""
 
@@ -50,6 +53,16 @@ def _handler(files: Files):
             if mode == "whole":
                 self.wfile.write(data)
                 return
+            if mode == "drip":  # a byte at a time, until the client or the server gives up
+                for i in range(len(data)):
+                    if files.stopping.wait(files.drip_s):
+                        return
+                    try:
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                return
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
             if mode == "stall_body":
@@ -60,9 +73,9 @@ def _handler(files: Files):
 
 
 @contextlib.contextmanager
-def serving(stall_s: float = 30.0) -> Iterator[Files]:
+def serving(stall_s: float = 30.0, drip_s: float = 0.1) -> Iterator[Files]:
     """A running server (add files to what it yields), stopped when the block ends."""
-    files = Files(stall_s)
+    files = Files(stall_s, drip_s)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(files))
     server.daemon_threads = True
     files.base = f"http://127.0.0.1:{server.server_address[1]}"

@@ -4,6 +4,7 @@ resource shape read from it."""
 
 import pytest
 
+from jtc import paths
 from jtc.pipeline.config import ConfigError, validate_config
 from jtc.pipeline.job_shape import REQUEST_TOKENS, Shape, stage_shape
 from jtc.pipeline.planning import Experiment
@@ -48,6 +49,27 @@ def test_all_runs_the_benchmarks_only_with_in_all():
     targets = _targets(on)
     for rule in ("run_benchmarks", "benchmark_table", "plot_benchmarks"):
         assert f"{rule} m" in targets
+    assert paths.BENCHMARK_TASKS not in _targets(plain)
+    assert paths.BENCHMARK_TASKS in targets  # the task files too: made again once deleted
+
+
+def test_snakemake_benchmarks_targets_the_task_files_and_the_scores():
+    """So that the recovery of a damaged task folder (`rm -r` it, `snakemake benchmarks`)
+    makes it again, and rescores, even where the figures are up to date."""
+    config = validate_config({**BASE, "pruning": {"models": ["m"]}})
+    targets = Experiment.of(config).benchmark_targets(
+        lambda rule, **w: [f"{rule} {w['model']} {w['corpus']}"]
+    )
+    corpus = next(iter(config["corpora"]))
+    assert targets == [
+        paths.BENCHMARK_TASKS,
+        *(
+            f"{rule} m {corpus}"
+            for rule in ("run_benchmarks", "benchmark_table", "plot_benchmarks")
+        ),
+    ]
+    unpruned = Experiment.of(validate_config(BASE))  # nothing pruned: nothing to benchmark
+    assert unpruned.benchmark_targets(lambda rule, **w: [rule]) == []
 
 
 def test_all_runs_the_context_and_generation_measures_only_with_measures_in_all():

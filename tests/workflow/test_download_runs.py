@@ -2,7 +2,7 @@
 its source ships, served over HTTP from 127.0.0.1 with their sha256 in the config, carried
 through to the r² tables of a tiny random model. A wrong checksum stops the run with the
 message and leaves nothing a later run would read; the config fixed, the rerun downloads and
-goes on; a changed timeout reruns nothing."""
+goes on; a changed timeout or max_seconds reruns nothing."""
 
 import hashlib
 
@@ -51,6 +51,7 @@ def test_corpora_downloaded_over_http_reach_the_r2_tables(tmp_path):
             "source": "mediawiki",
             "url": server.add("/testwiki.xml.bz2", dump.read_bytes()),
             "timeout": 10,
+            "max_seconds": 120,
         }
         leip["sha256"], wiki["sha256"] = sha256(leipzig), "0" * 64  # the dump's is wrong
         config = make_config(work, leip, wiki)
@@ -88,8 +89,9 @@ def test_corpora_downloaded_over_http_reach_the_r2_tables(tmp_path):
         r2 = pq.read_table(work / table).to_pylist()
         assert r2 and all(row["method"] in ("id", "mat") for row in r2)
 
-    # how long a download may wait changes no result: a new timeout reruns nothing
+    # how long a download may wait or take changes no result: new limits rerun nothing
     config["corpora"]["wiki"]["timeout"] = 30
+    config["corpora"]["wiki"]["max_seconds"] = 600
     write_config(work, config)
     assert rules_run(run_snakemake(work, *tables, env=ENV)) == {}
 

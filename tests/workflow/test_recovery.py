@@ -140,3 +140,58 @@ def test_config_on_the_command_line_alone_sets_keys_of_the_default_config(tiny_r
     assert bad.returncode != 0
     assert "config file config/config.yaml is not valid YAML" in out
     assert f'in "config/config.yaml", line {len(text.splitlines()) + 1}' in out, out[-2000:]
+
+
+# a pruning block of the tiny GPT-2 (2 blocks, length 1) with one benchmark task, two documents
+BENCHMARKED = {
+    "models": ["gpt"],
+    "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
+    "calibration_sentences": 20,
+    "evaluation_sentences": 6,
+    "selected_sentences": 8,
+    "context": {"lengths": [16], "windows": 2},
+    "generation": {"prompts": 2, "new_tokens": 3},
+    "benchmarks": {"tasks": ["piqa"], "limit": 2},
+}
+
+
+def test_a_task_file_edited_with_its_size_and_mtime_kept_is_refused_and_rebuilt(tmp_path):
+    """A PIQA gold label changed, still valid JSON, the size and mtime put back: planning
+    cannot see it, and run_benchmarks, rerun, refuses it (not a wrong accuracy and exit 0),
+    naming the file; the recovery it names, `rm -r` the folder and `snakemake benchmarks`
+    (`all` does not make the task files here), writes them again and scores them."""
+    import os
+
+    from harness import make_tiny_project, write_config
+    from transformers import AutoTokenizer
+
+    work = make_tiny_project(tmp_path / "work", models=("gpt",))
+    tokenizer = AutoTokenizer.from_pretrained(work / "tiny-gpt2")
+    tokenizer.eos_token = "[SEP]"  # lm-eval's prefix
+    tokenizer.save_pretrained(work / "tiny-gpt2")
+    write_config(work, {**read_config(work), "pruning": BENCHMARKED})
+    run_snakemake(work, "benchmarks")
+    tasks = work / "results/benchmarks/tasks"
+    documents = tasks / "piqa.jsonl"
+    written, stat = documents.read_bytes(), documents.stat()
+    at = written.index(b'"label": ') + 9
+    documents.write_bytes(
+        written[:at] + (b"1" if written[at] == ord("0") else b"0") + written[at + 1 :]
+    )
+    os.utime(documents, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    scored = work / "results/pruning/gpt/mini/benchmarks.parquet"
+    before = scored.read_bytes()
+
+    proc = run_snakemake(work, "benchmarks", "--forcerun", "run_benchmarks", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Error in rule run_benchmarks" in out
+    assert "results/benchmarks/tasks/piqa.jsonl is not the file its job wrote" in out
+    recovery = "rm -r results/benchmarks/tasks, then `snakemake benchmarks`"
+    assert recovery in out
+    assert not scored.exists() or scored.read_bytes() == before  # nothing scored from it
+
+    shutil.rmtree(tasks)  # the recovery, as written
+    done = run_snakemake(work, "benchmarks")
+    assert {"benchmark_tasks", "run_benchmarks"} <= set(rules_run(done))
+    assert documents.read_bytes() == written
+    assert rules_run(run_snakemake(work, "benchmarks", "-n")) == {}

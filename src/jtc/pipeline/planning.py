@@ -312,12 +312,25 @@ class Experiment:
                     names += ["submodule_table", "plot_submodules"]
                 if self.prunes(model, corpus):
                     names += ["calibrate_pruning", "run_pruned", "pruning_tables", "plot_pruning"]
-                    if self.pruning.get("benchmarks", {}).get("in_all", False):
-                        names += ["run_benchmarks", "benchmark_table", "plot_benchmarks"]
                     if self.pruning.get("measures_in_all", False):
                         names += ["context_perplexity", "generation_fidelity", "measure_tables"]
                 for name in names:
                     targets += outputs_of(name, **done)
+        if self.pruning.get("benchmarks", {}).get("in_all", False):
+            targets += self.benchmark_targets(outputs_of)
+        return targets
+
+    def benchmark_targets(self, outputs_of: Callable[..., list[str]]) -> list[str]:
+        """Everything the benchmarks make (`snakemake benchmarks`; `all` too with
+        pruning.benchmarks.in_all), intermediates included: lm-eval's task files and, for each
+        pruned model and corpus, the scores, tables and figures. So a task folder deleted by
+        hand (the recovery of a damaged one) is made again by the next run, and everything
+        scored from it, even where the figures that follow are up to date."""
+        pairs = [(m, c) for m in self.models for c in self.corpora if self.prunes(m, c)]
+        targets = [paths.BENCHMARK_TASKS] if pairs else []
+        for model, corpus in pairs:
+            for name in ("run_benchmarks", "benchmark_table", "plot_benchmarks"):
+                targets += outputs_of(name, model=model, corpus=corpus)
         return targets
 
 

@@ -45,6 +45,7 @@ def run_benchmarks(
     from jtc.settings import BenchmarkSettings, MeasuredSettings
 
     config, which = BenchmarkSettings.of(settings), MeasuredSettings.of(measured)
+    task_configs = read_task_configs(tasks, config.tasks)  # checked before the model loads
     net, tokenizer, info = load_model(model_dir, threads)
     subjects = measured_subjects(read_table(selection), which.export_selection, which.variants)
     ready()
@@ -54,7 +55,7 @@ def run_benchmarks(
         adapter_of(info),
         subjects,
         maps,
-        read_task_configs(tasks, config.tasks),
+        task_configs,
         batch_size=batch_size,
         seed=seed,
     )

@@ -13,14 +13,18 @@ def download_corpus(
     *,
     max_bytes: int | None,
     timeout: float | None,
+    max_seconds: float | None = None,
 ) -> None:
     """Fetch a corpus's file (a Leipzig archive, a MediaWiki dump) by URL, checked against
     `sha256` when it is given, refused beyond `max_bytes` (none:
-    jtc.data.sources.MAX_DOWNLOAD_BYTES) and given up on after `timeout` seconds without data
-    (none: jtc.data.downloads.DOWNLOAD_TIMEOUT)."""
+    jtc.data.sources.MAX_DOWNLOAD_BYTES), given up on after `timeout` seconds without data
+    (none: jtc.data.downloads.DOWNLOAD_TIMEOUT) or `max_seconds` in all (none: sized from the
+    expected length, jtc.data.downloads.time_limit)."""
     from jtc.data.downloads import download
 
-    download(url, Path(out), sha256, max_bytes, timeout=timeout, corpus=name)
+    download(
+        url, Path(out), sha256, max_bytes, timeout=timeout, max_seconds=max_seconds, corpus=name
+    )
 
 
 def prepare_corpus(
