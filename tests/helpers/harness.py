@@ -22,6 +22,17 @@ TIMEOUT = 900
 # the tiny project's models: name in the config -> (tests/helpers/tiny.py kind, folder)
 TINY_MODELS = {"gpt": ("gpt2", "tiny-gpt2"), "bert": ("bert-mlm", "tiny-bert")}
 TEXT = "text.txt"
+# a pruning block for the tiny GPT-2 (2 blocks, length 1): small calibration and measures; a
+# test adds the benchmark tasks it scores
+TINY_PRUNING = {
+    "models": ["gpt"],
+    "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
+    "calibration_sentences": 20,
+    "evaluation_sentences": 6,
+    "selected_sentences": 8,
+    "context": {"lengths": [16], "windows": 2},
+    "generation": {"prompts": 2, "new_tokens": 3},
+}
 
 
 def snakemake_command(workdir, *args, snakefile=None, configfile=None, cores=2) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 import waits
 import yaml
 from harness import (
+    TINY_PRUNING,
     copy_run,
     read_config,
     rules_run,
@@ -143,16 +144,7 @@ def test_config_on_the_command_line_alone_sets_keys_of_the_default_config(tiny_r
 
 
 # a pruning block of the tiny GPT-2 (2 blocks, length 1) with one benchmark task, two documents
-BENCHMARKED = {
-    "models": ["gpt"],
-    "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
-    "calibration_sentences": 20,
-    "evaluation_sentences": 6,
-    "selected_sentences": 8,
-    "context": {"lengths": [16], "windows": 2},
-    "generation": {"prompts": 2, "new_tokens": 3},
-    "benchmarks": {"tasks": ["piqa"], "limit": 2},
-}
+BENCHMARKED = {**TINY_PRUNING, "benchmarks": {"tasks": ["piqa"], "limit": 2}}
 
 
 def test_a_task_file_edited_with_its_size_and_mtime_kept_is_refused_and_rebuilt(tmp_path):

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from fake_gpu import fake_nvidia_smi
 from harness import (
+    TINY_PRUNING,
     copy_run,
     make_tiny_project,
     planned,
@@ -299,16 +300,7 @@ def test_compute_settings_rerun_what_they_change(tiny_run, tmp_path):
 # ---- every key of the pruning block -----------------------------------------------------------
 
 # the pruning block of the finished run the keys are changed in (GPT-2: 2 blocks, length 1)
-PRUNING = {
-    "models": ["gpt"],
-    "calibration": {"text": "windows", "windows": 4, "window_tokens": 16},
-    "calibration_sentences": 20,
-    "evaluation_sentences": 6,
-    "selected_sentences": 8,
-    "context": {"lengths": [16], "windows": 2},
-    "generation": {"prompts": 2, "new_tokens": 3},
-    "benchmarks": {"tasks": ["arc_easy"], "limit": 2},
-}
+PRUNING = {**TINY_PRUNING, "benchmarks": {"tasks": ["arc_easy"], "limit": 2}}
 # each key of the pruning block, changed: (its new value, whether the change alters what the
 # rules compute from it: False where the tiny run cannot show it, its one corpus pruned either
 # way)
