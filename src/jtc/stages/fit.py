@@ -35,8 +35,8 @@ def fit_map(
     from jtc.shortcuts.storage import MapStorage
 
     states = LayerStates(train_dir)
-    validation = LayerStates(val_dir, np.float64)[:]  # every layer read once, all of them held
     ready()
+    validation = LayerStates(val_dir, np.float64)[:]  # every layer read once, all of them held
     scores = fit_methods(
         states,
         outs,
