@@ -143,8 +143,9 @@ def test_a_deployed_module_puts_back_what_jobs_failing_on_a_damaged_model_delete
     work = tmp_path / "deployed"
     shutil.copytree(by_path[0], work, symlinks=True)  # the times kept: up to date
     weights = work / "results/models/gpt/model.safetensors"
-    start, header = safetensors_header(weights)  # the embedding, which extract_hidden reads
-    flip_byte(weights, start + header["transformer.wte.weight"]["data_offsets"][0] + 5, True)
+    start, header = safetensors_header(weights)  # a weight of the first block, which it reads
+    first, _ = header["transformer.h.0.attn.c_attn.weight"]["data_offsets"]
+    flip_byte(weights, start + first + 5, keep_mtime=True)
     before, kept = snapshot(work), states(work)
     assert len(kept) > 2
     failed = run_deployed(work, R2, "--forcerun", "extract_hidden", check=False)
