@@ -1,6 +1,7 @@
 # What happens around the jobs of a run: stale locks cleared as the Snakefile is read; as the
 # jobs start (onstart) the watchdog mark, the machine's GPU checked, outputs made with other
-# settings refused or named, results/ kept; then dropped (onsuccess) or put back (onerror).
+# settings refused or named, results/ kept; then dropped (onsuccess) or put back (onerror). As a
+# module, jtc's handlers join those of the Snakefile that uses it (jtc.pipeline.hooks).
 import atexit
 import os
 import sys
@@ -12,6 +13,7 @@ from jtc import paths
 from jtc.pipeline.disk import Job, disk_check, planned_writes
 from jtc.pipeline.keep import NO_LINKS_NOTE, Keeper, drop_stale
 from jtc.pipeline.draws import sizes_problem
+from jtc.pipeline.hooks import join_main_workflow
 from jtc.pipeline.locks import run_start
 from jtc.pipeline.planning import (
     gpu_problem,
@@ -90,14 +92,15 @@ def check_disk(jobs, shown=False):
     print(note, file=sys.stderr)
 
 
-onstart:
+def jtc_onstart(log=None):
+    """As the jobs start: the watchdog mark, the GPU and experiment checks, results/ kept."""
     if workflow.local_exec:
         mark_run()  # the jobs end themselves if this process is killed (jtc.pipeline.watchdog)
     # what this machine cannot run (a device_map without a GPU, bfloat16 on a GPU without it),
     # refused before any job runs; a cluster's jobs run elsewhere and check it there
-    _problem = gpu_problem(config["models"], _local_gpu)  # resources.smk
-    if _problem:
-        raise WorkflowError(f"invalid configuration for this machine: {_problem}")
+    problem = gpu_problem(config["models"], _local_gpu)  # resources.smk
+    if problem:
+        raise WorkflowError(f"invalid configuration for this machine: {problem}")
     _check_experiment()
     drop_stale(KEEPER.folder.parent, KEEPER.folder)
     atexit.register(_restore_kept)
@@ -105,10 +108,32 @@ onstart:
         print(NO_LINKS_NOTE, file=sys.stderr)
 
 
-onsuccess:
+def jtc_onsuccess(log=None):
+    """A run that succeeded: the kept links dropped, the end-of-run notes."""
     KEEPER.drop()
     print(run_summary(paths.RESULTS, MODELS, CORPORA), file=sys.stderr)
 
 
-onerror:
+def jtc_onerror(log=None):
+    """A run that failed: what its failed jobs deleted put back."""
     _restore_kept()
+
+
+onstart:
+    jtc_onstart(log)
+
+
+onsuccess:
+    jtc_onsuccess(log)
+
+
+onerror:
+    jtc_onerror(log)
+
+
+# Snakemake runs the handlers of the main Snakefile alone: jtc used as a module (docs/deploying.md)
+# has them run with those of the Snakefile that uses it, set before or after its `use rule`
+if not workflow.modifier.is_main_snakefile():
+    join_main_workflow(
+        workflow, onstart=jtc_onstart, onsuccess=jtc_onsuccess, onerror=jtc_onerror
+    )
