@@ -109,6 +109,13 @@ def test_a_run_larger_than_the_free_space_is_refused(seven_b, tmp_path):
     assert "resolve_model(model=m): 28.0 GB" in problem, problem
     for key in ("maps.pairs: last", "maps.dtype: bfloat16", "models.NAME.cache: reference"):
         assert key in problem
+    # a key the config already sets so is not named
+    given["models"]["m"]["dtype"] = "bfloat16"
+    problem, _ = disk_check(writes, results, usage(free=20e9), config=given)
+    assert "models.NAME.dtype: bfloat16" not in problem and "maps.pairs: last" in problem
+    given["maps"] = {"pairs": "last", "dtype": "bfloat16"}
+    problem, _ = disk_check(writes, results, usage(free=20e9), config=given)
+    assert "maps.pairs: last" not in problem and "maps.dtype: bfloat16" not in problem
     # what fits is said in one line
     problem, note = disk_check(writes, results, usage(free=90e9))
     assert problem is None

@@ -83,7 +83,9 @@ def check_disk(jobs, shown=False):
     the largest outputs and the keys that shrink them; else say what it writes
     (jtc.pipeline.disk). `shown`: the refusal printed first, for a caller whose error
     Snakemake shows without its message (an input function's)."""
-    problem, note = disk_check(planned_writes(jobs, config), paths.RESULTS)
+    problem, note = disk_check(
+        planned_writes(jobs, config), paths.RESULTS, config=config
+    )
     if problem and shown:
         print(problem, file=sys.stderr)
         raise WorkflowError("the run does not fit on the disk (the estimate above)")

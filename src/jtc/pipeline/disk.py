@@ -229,12 +229,34 @@ def existing_parent(folder: str | os.PathLike) -> Path:
 Usage = Callable[[Path], Any]  # shutil.disk_usage: (total, used, free)
 
 
+def already_set(hint: str, config: dict[str, Any]) -> bool:
+    """Whether the config already has a SHRINKS hint's value ("key: value"; for a
+    models.NAME key, every model has it); a hint without a value (a size) never is."""
+    key, sep, value = hint.partition(": ")
+    if not sep:
+        return False
+    path = key.split(".")
+    if path[:2] == ["models", "NAME"]:
+        specs = config.get("models", {}).values()
+        return bool(specs) and all(str(spec.get(path[2])) == value for spec in specs)
+    node: Any = config
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return str(node) == value
+
+
 def disk_check(
-    writes: list[Write], results: str | os.PathLike, usage: Usage = shutil.disk_usage
+    writes: list[Write],
+    results: str | os.PathLike,
+    usage: Usage = shutil.disk_usage,
+    config: dict[str, Any] | None = None,
 ) -> tuple[str | None, str]:
     """(why the run is refused or None, the line that says what it writes and what is free):
     refused when the estimate exceeds the free space of `results`'s filesystem less
-    RESERVE_BYTES, or when the filesystem reports no free space at all."""
+    RESERVE_BYTES, or when the filesystem reports no free space at all. The refusal names the
+    keys that shrink the largest outputs, but those `config` already sets so."""
     total = sum(w.bytes for w in writes)
     where = existing_parent(results)
     try:
@@ -256,6 +278,7 @@ def disk_check(
         return None, note
     largest = writes[:SHOWN]
     keys = list(dict.fromkeys(k for w in largest for k in SHRINKS.get(w.rule, [])))
+    keys = [k for k in keys if config is None or not already_set(k, config)]
     lines = [
         f"jtc: this run writes about {human(total)} but {where} has {human(disk.free)} free "
         f"(keeping {human(RESERVE_BYTES)} free); its largest outputs:",
