@@ -130,8 +130,8 @@ def map_bytes(method: str, shape: Shape, config: dict[str, Any], itemsize: int =
 
 def span_map_bytes(shape: Shape, config: dict[str, Any]) -> int:
     """calibrate_pruning's span maps (pruning/maps.safetensors): every span of every variant
-    with a map, float32: d × d (two for rotation_replaceme: T and the rotation), low_rank's
-    rank-r pair."""
+    with a map, float32: d × d (and the rotation of a rotated one), a rank-r pair for one
+    whose fit reads pruning.rank (its variant record's settings)."""
     calibration = CalibrationSettings.from_config(config)
     lengths = resolved_lengths(calibration.lengths, shape.layers)
     d, total = shape.width, 0
@@ -139,11 +139,11 @@ def span_map_bytes(shape: Shape, config: dict[str, Any]) -> int:
         variant = variant_of(name)
         if not variant.has_map:
             continue
-        if name == "low_rank":
+        if "rank" in variant.settings:  # a rank-r pair (r, d) + (d, r)
             rank = calibration.rank or max(1, d // 100)
             per_span = _tensors(2, rank * d)
-        else:
-            per_span = _tensors(2 if name == "rotation_replaceme" else 1, d * d)
+        else:  # a d × d map, and its rotation where it has one
+            per_span = _tensors(1 + variant.rotated, d * d)
         total += len(spans(shape.layers, lengths, name)) * per_span
     return total
 
