@@ -1,10 +1,21 @@
 """A config given with --configfile replaces config/config.yaml (the paper's config, a one-model
 config), and --config on the command line still overrides it."""
 
+import re
 import shutil
 
 import pytest
-from harness import ROOT, copy_run, planned, read_config, rules_run, run_snakemake, write_config
+import yaml
+from harness import (
+    ROOT,
+    copy_run,
+    planned,
+    read_config,
+    rules_run,
+    run_snakemake,
+    run_snakemake_all,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -33,8 +44,17 @@ def with_default_config(workdir):
 
 def test_paper_config_plans_offline_and_replaces_the_default(tmp_path):
     with_default_config(tmp_path)
-    proc = run_snakemake(tmp_path, "all", "-n", configfile=tmp_path / "config/paper.yaml")
+    # the paper's run writes some 37 GB: planned here whatever this machine has free
+    proc = run_snakemake(
+        tmp_path,
+        "all",
+        "-n",
+        "--config",
+        "disk_check=warn",
+        configfile=tmp_path / "config/paper.yaml",
+    )
     out = proc.stdout + proc.stderr
+    assert "jtc: this run writes about" in out
     for model in ("gpt2", "gpt2-xl", "bert-large-uncased"):
         assert f"model={model}" in out
     assert "download_corpus" in out and "resolve_model" in out
@@ -47,6 +67,39 @@ def test_paper_config_plans_offline_and_replaces_the_default(tmp_path):
     for name in DEFAULT_CORPORA:
         assert f"results/corpora/{name}.parquet" not in out
     assert rules_run(proc)["resolve_model"] == 6 and rules_run(proc)["download_corpus"] == 2
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_run_larger_than_the_disk_is_refused_while_planning_unless_told_to_warn(tmp_path):
+    """A dry run of `all` refuses a run larger than the free disk (here, the paper's config
+    with a billion training sentences: thousands of terabytes on any machine), naming its largest
+    outputs; `disk_check: warn` says the same and plans the run."""
+    with_default_config(tmp_path)
+    config = yaml.safe_load((tmp_path / "config/paper.yaml").read_text())
+    config["sizes"]["train"] = 10**9
+    configfile = tmp_path / "config/huge.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    args = ("all", "-n")
+    procs = run_snakemake_all(
+        {
+            "refuse": (tmp_path, args, {"configfile": configfile, "check": False}),
+            "warn": (
+                tmp_path,
+                (*args, "--config", "disk_check=warn"),
+                {"configfile": configfile},
+            ),
+        }
+    )
+    refused = procs["refuse"].stdout + procs["refuse"].stderr
+    assert procs["refuse"].returncode != 0
+    assert "the run does not fit on the disk" in refused
+    assert re.search(r"jtc: this run writes about [\d.]+ TB but .* free", refused), refused
+    assert "record_parts(model=gpt2, corpus=leipzig_news, split=train)" in refused
+    assert "disk_check=warn" in refused
+    warned = procs["warn"].stdout + procs["warn"].stderr
+    assert "(disk_check: warn, so the run goes on)" in warned
+    assert re.search(r"jtc: this run writes about [\d.]+ TB but", warned)
+    assert planned(procs["warn"], "model") == PAPER_MODELS
     assert not (tmp_path / "results").exists()
 
 

@@ -80,12 +80,15 @@ def _check_experiment():
 
 def check_disk(jobs, shown=False):
     """Refuse a run whose jobs write more than the results folder's disk has free, naming
-    the largest outputs and the keys that shrink them; else say what it writes
-    (jtc.pipeline.disk). `shown`: the refusal printed first, for a caller whose error
+    the largest outputs and the keys that shrink them (only said, with `disk_check: warn`);
+    else say what it writes (jtc.pipeline.disk). `shown`: the refusal printed first, for a caller whose error
     Snakemake shows without its message (an input function's)."""
     problem, note = disk_check(
         planned_writes(jobs, config), paths.RESULTS, config=config
     )
+    if problem and config["disk_check"] == "warn":
+        print(f"{problem}\n(disk_check: warn, so the run goes on)", file=sys.stderr)
+        return
     if problem and shown:
         print(problem, file=sys.stderr)
         raise WorkflowError("the run does not fit on the disk (the estimate above)")

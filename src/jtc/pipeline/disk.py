@@ -286,5 +286,8 @@ def disk_check(
     ]
     if keys:
         lines.append("config keys that shrink them: " + ", ".join(keys))
-    lines.append("free some space, write results/ elsewhere (-d), or change these keys")
+    lines.append(
+        "free some space, write results/ elsewhere (-d), or change these keys (or, if it will "
+        "fit when it runs, --config disk_check=warn)"
+    )
     return "\n".join(lines), note
