@@ -15,7 +15,7 @@ from torch import nn
 
 from jtc.data.extract import pad_token_id
 from jtc.model.adapters import adapter_of
-from jtc.pruning import cosine, fits
+from jtc.pruning import compensation, cosine, fits
 from jtc.pruning.fits import TIE, Selected, SpanFit, SpanGrams, select_spans, underdetermined_fit
 from jtc.pruning.inputs import every_token
 from jtc.pruning.map_file import MODEL_FINGERPRINT
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 CALIBRATION_KEY = SENTENCES_KEY
 # the modules the variants' fits live in (jtc.pruning.variants names each fit "module:function");
 # imported here, so that the code tracker (jtc.pipeline.tracking) counts them as the calibration's
-FIT_MODULES = {m.__name__: m for m in (fits, cosine)}
+FIT_MODULES = {m.__name__: m for m in (fits, cosine, compensation)}
 
 
 def fit_function(variant: str) -> Callable:
@@ -295,12 +295,15 @@ def calibrate_spans(
     )
     every = StatisticsPlan.of(num_layers, lengths, settings.variants)
     pairs, starts = {(i, i + n) for i, n in wanted}, {i for i, _ in wanted}
+    layers = {layer for pair in pairs for layer in pair}
     plan = StatisticsPlan(
         pairs=tuple(p for p in every.pairs if p in pairs),
         state_sources=tuple(i for i in every.state_sources if i in starts),
         state_pairs=tuple(p for p in every.state_pairs if p in pairs),
         ffn_blocks=tuple(i for i in every.ffn_blocks if i in starts),
         ffn_pairs=tuple(p for p in every.ffn_pairs if p in pairs),
+        magnitude_states=tuple(s for s in every.magnitude_states if s in layers),
+        hadamard_states=tuple(s for s in every.hadamard_states if s in layers),
     )
     pad = pad_token_id(tokenizer)
     grams = span_statistics(net, adapter, inputs, plan, batch_size, pad, settings.skip_first_token)

@@ -51,7 +51,9 @@ class SpanGrams:
     `angles` Σ arccos(cos(h_i, h_j))/π; the d × d matrices `state_grams[i]` Σ h_iᵀh_i,
     `state_cross[i, j]` Σ h_iᵀh_j (mat, low_rank), and for replaceme `ffn_grams[i]` Σ X_iᵀX_i,
     `ffn_cross[i, j]` Σ X_iᵀh_j, `ffn_own[i]` Σ X_iᵀh_i (row vectors, X_i block i's
-    feed-forward output before its residual add)."""
+    feed-forward output before its residual add); the d-vectors `magnitudes[l]` Σ|h_l| and
+    `hadamard_magnitudes[l]` Σ|h_l H| per channel (H jtc.pruning.hadamard's; the magnitude
+    compensations, jtc.pruning.compensation)."""
 
     num_layers: int
     tokens: int = 0
@@ -64,6 +66,8 @@ class SpanGrams:
     ffn_grams: dict[int, np.ndarray] = field(default_factory=dict)
     ffn_cross: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     ffn_own: dict[int, np.ndarray] = field(default_factory=dict)
+    magnitudes: dict[int, np.ndarray] = field(default_factory=dict)
+    hadamard_magnitudes: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def width(self) -> int | None:

@@ -194,6 +194,8 @@ class StatisticsPlan:
     state_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ h_iᵀh_{i+n} ("state_cross")
     ffn_blocks: tuple[int, ...]  # i with Σ X_iᵀX_i and Σ X_iᵀh_i ("ffn")
     ffn_pairs: tuple[tuple[int, int], ...]  # (i, i+n) with Σ X_iᵀh_{i+n}
+    magnitude_states: tuple[int, ...] = ()  # l with Σ|h_l| per channel ("magnitude")
+    hadamard_states: tuple[int, ...] = ()  # l with Σ|h_l H| per channel ("hadamard_magnitude")
 
     @classmethod
     def of(cls, num_layers: int, lengths: Sequence[int], variants: Sequence[str]) -> StatisticsPlan:
@@ -212,19 +214,27 @@ class StatisticsPlan:
             }
 
         ffn = asking("ffn")
+
+        def ends(sum_name: str) -> tuple[int, ...]:
+            return tuple(sorted({layer for pair in asking(sum_name) for layer in pair}))
+
         return cls(
             pairs=tuple(sorted(blocks | every)),
             state_sources=tuple(sorted({i for i, _ in asking("state_gram")})),
             state_pairs=tuple(sorted(asking("state_cross"))),
             ffn_blocks=tuple(sorted({i for i, _ in ffn})),
             ffn_pairs=tuple(sorted(ffn)),
+            magnitude_states=ends("magnitude"),
+            hadamard_states=ends("hadamard_magnitude"),
         )
 
     def matrices(self) -> int:
-        """How many d × d float64 matrices the sums hold (memory: this × d² × 8 bytes)."""
+        """How many d × d float64 matrices the sums hold (memory: this × d² × 8 bytes; the
+        Hadamard matrix the "hadamard_magnitude" sums rotate by counts as one)."""
         return (
             len(self.state_sources)
             + len(self.state_pairs)
             + 2 * len(self.ffn_blocks)
             + len(self.ffn_pairs)
+            + (1 if self.hadamard_states else 0)
         )

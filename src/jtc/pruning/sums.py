@@ -23,6 +23,7 @@ from jtc.model.adapters import Adapter, lookup
 from jtc.model.hooks import hidden_input, hidden_output
 from jtc.pruning.ffn_site import feed_forward_output
 from jtc.pruning.fits import SpanGrams
+from jtc.pruning.hadamard import hadamard
 from jtc.pruning.spans import StatisticsPlan, sums_batch
 
 
@@ -104,8 +105,8 @@ def span_statistics(
     longest = max((len(x) for x in inputs), default=1)
     batch_size = sums_batch(batch_size, longest, num_layers, width)
 
-    def zeros() -> torch.Tensor:
-        return torch.zeros((width, width), dtype=torch.float64, device=device)
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(shape or (width, width), dtype=torch.float64, device=device)
 
     squares = torch.zeros(num_layers + 1, dtype=torch.float64, device=device)
     scalars = {key: torch.zeros(3, dtype=torch.float64, device=device) for key in plan.pairs}
@@ -114,6 +115,10 @@ def span_statistics(
     ffn_grams = {i: zeros() for i in plan.ffn_blocks}
     ffn_own = {i: zeros() for i in plan.ffn_blocks}
     ffn_cross = {key: zeros() for key in plan.ffn_pairs}
+    # per channel Σ|h_l| and Σ|h_l H|, H the Hadamard matrix (jtc.pruning.compensation)
+    magnitudes = {layer: zeros(width) for layer in plan.magnitude_states}
+    rotated = {layer: zeros(width) for layer in plan.hadamard_states}
+    turn = torch.as_tensor(hadamard(width), device=device) if rotated else None
     tokens = 0
     progress = Progress(len(inputs), "calibrate", "sequences")
     with every_state(model, adapter, ffn=bool(plan.ffn_blocks)) as kept:
@@ -139,6 +144,10 @@ def span_statistics(
                 ffn_own[i] += x.T @ h[i]
                 for j in (j for k, j in plan.ffn_pairs if k == i):
                     ffn_cross[i, j] += x.T @ h[j]
+            for layer, total in magnitudes.items():
+                total += h[layer].abs().sum(0)
+            for layer, total in rotated.items():
+                total += (h[layer] @ turn).abs().sum(0)
             del h, norms  # not held through the next batch's forward (2 GiB at 2,048 tokens)
             progress.update(len(rows))
 
@@ -158,4 +167,6 @@ def span_statistics(
         ffn_grams=host(ffn_grams),
         ffn_cross=host(ffn_cross),
         ffn_own=host(ffn_own),
+        magnitudes=host(magnitudes),
+        hadamard_magnitudes=host(rotated),
     )

@@ -29,6 +29,9 @@ SUMS = {
     "state_gram": "Σ h_iᵀh_i",
     "state_cross": "Σ h_iᵀh_{i+n}",
     "ffn": "Σ X_iᵀX_i, Σ X_iᵀh_i and Σ X_iᵀh_{i+n}",
+    "magnitude": "Σ|h_i| and Σ|h_{i+n}| per channel",
+    "hadamard_magnitude": "Σ|h_i H| and Σ|h_{i+n} H| per channel, H an orthonormal Hadamard "
+    "matrix (jtc.pruning.hadamard)",
 }
 # where an exported variant folds a part of its map (jtc.pruning.checkpoint):
 FOLD_SITES = {
@@ -139,6 +142,7 @@ def registry(variants: Iterable[Variant]) -> dict[str, Variant]:
 
 
 FITS = "jtc.pruning.fits"
+COMPENSATION = "jtc.pruning.compensation"
 # why a map of the residual stream is not exported
 ON_THE_STREAM = (
     "it acts on the residual stream, which no weight of a pre-norm block owns: measured in memory "
@@ -156,7 +160,8 @@ VARIANTS: dict[str, Variant] = registry(
         Variant(
             "mat",
             "h_{i+n} := h_i A",
-            "least squares without intercept between the states (jtc's map; Ghosted Layers' I + M)",
+            "least squares without intercept between the states (jtc's map; with pruning.ridge, "
+            "Ghosted Layers' h_i(I + M), M the ridge fit of h_{i+n} - h_i on h_i)",
             fit=f"{FITS}:fit_mat",
             stand_in="map",
             sums=frozenset({"state_gram", "state_cross"}),
@@ -217,6 +222,45 @@ VARIANTS: dict[str, Variant] = registry(
             sums=frozenset({"ffn"}),
             folds={"weight": "mlp"},
             settings=("ridge", "cosine"),
+        ),
+        Variant(
+            "prune_comp",
+            "h_{i+n} := s·h_i",
+            "Prune&Comp's magnitude compensation: s the mean over channels of mean |h_{i+n}| / "
+            "mean |h_i|, folded into the embeddings and blocks 1..i (rotation with Q = I)",
+            fit=f"{COMPENSATION}:fit_prune_comp",
+            stand_in="map",
+            sums=frozenset({"magnitude"}),
+            folds={"weight": "stream"},
+        ),
+        Variant(
+            "prune_comp_channel",
+            "h_{i+n} := h_i diag(c)",
+            "Prune&Comp's compensation per channel: c_k = mean |h_{i+n,k}| / mean |h_{i,k}|",
+            fit=f"{COMPENSATION}:fit_prune_comp_channel",
+            stand_in="map",
+            sums=frozenset({"magnitude", "state_gram", "state_cross"}),
+            folds=None,
+            not_exported=(
+                "a per-channel scale of the residual stream does not commute with RMSNorm (it "
+                "divides by the norm over every channel), so it folds into no weight of the "
+                "blocks before the span: measured in memory only"
+            ),
+        ),
+        Variant(
+            "linear_patch",
+            "h_{i+n} := h_i H D Hᵀ",
+            "LinearPatch without its distillation: D_kk = mean |(h_{i+n} H)_k| / mean "
+            "|(h_i H)_k|, H an orthonormal Hadamard matrix",
+            fit=f"{COMPENSATION}:fit_linear_patch",
+            stand_in="map",
+            sums=frozenset({"hadamard_magnitude", "state_gram", "state_cross"}),
+            folds=None,
+            not_exported=(
+                "its patch H D Hᵀ is no scaled rotation, so it does not commute with RMSNorm and "
+                "folds into no weight of the blocks before the span (LinearPatch applies it by "
+                "a hook too): measured in memory only"
+            ),
         ),
     ]
 )
