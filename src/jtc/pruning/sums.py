@@ -118,7 +118,7 @@ def span_statistics(
     # per channel Σ|h_l| and Σ|h_l H|, H the Hadamard matrix (jtc.pruning.compensation)
     magnitudes = {layer: zeros(width) for layer in plan.magnitude_states}
     rotated = {layer: zeros(width) for layer in plan.hadamard_states}
-    turn = torch.as_tensor(hadamard(width), device=device) if rotated else None
+    turn = torch.tensor(hadamard(width), device=device) if rotated else None
     tokens = 0
     progress = Progress(len(inputs), "calibrate", "sequences")
     with every_state(model, adapter, ffn=bool(plan.ffn_blocks)) as kept:
