@@ -21,7 +21,7 @@ from jtc.model.discover import find_adapter
 from jtc.model.manifest import model_fingerprint
 from jtc.pipeline.config import ConfigError, validate_config
 from jtc.pruning.calibrate import fit_span
-from jtc.pruning.checkpoint import exported_variant_problem, export
+from jtc.pruning.checkpoint import export, exported_variant_problem
 from jtc.pruning.fits import SpanGrams
 from jtc.pruning.hadamard import hadamard, is_full_hadamard
 from jtc.pruning.map_file import SpanMapWriter

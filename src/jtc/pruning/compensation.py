@@ -74,9 +74,7 @@ def fit_prune_comp_channel(
     return SpanFit("prune_comp_channel", start, length, tensors, SOLVER, max(error, 0.0) / yy)
 
 
-def fit_linear_patch(
-    grams: SpanGrams, start: int, length: int, rank: int, ridge: float
-) -> SpanFit:
+def fit_linear_patch(grams: SpanGrams, start: int, length: int, rank: int, ridge: float) -> SpanFit:
     """linear_patch: h_{i+n} := h_i P, P = H diag(d) Hᵀ, d the per-channel magnitude ratio of
     the Hadamard-rotated states."""
     i, j = start, start + length
