@@ -200,3 +200,19 @@ def test_the_stand_ins_measured_in_memory_are_refused_at_export(name, fitted, tm
     pruning = {"variants": ["drop", name], "export_variant": name}
     with pytest.raises(ConfigError, match=f"'{name}' is not one of.*'prune_comp'"):
         validate_config({**BASE, "pruning": pruning})
+
+
+def test_ghosted_layers_is_mat_without_a_ridge_and_full_rank_low_rank_with_one():
+    """Ghosted Layers' h_i(I + M), M the ridge least squares of h_{i+n} - h_i on h_i, computed
+    directly: mat's map at ridge 0, low_rank's at full rank with the ridge (docs/method.md)."""
+    x, y = random_states(8)
+    grams = grams_of(x, y)
+    for ridge in (0.0, 0.1):
+        penalty = ridge * np.trace(x.T @ x) / 8 * np.eye(8)
+        ghosted = np.eye(8) + np.linalg.solve(x.T @ x + penalty, x.T @ (y - x))
+        low_rank = fit_span(grams, "low_rank", 0, 1, rank=8, ridge=ridge).tensors
+        parts = low_rank["up.weight"] @ low_rank["down.weight"]
+        np.testing.assert_allclose(np.eye(8) + parts.T, ghosted, atol=1e-10)
+    unridged = np.eye(8) + np.linalg.solve(x.T @ x, x.T @ (y - x))
+    mat = fit_span(grams, "mat", 0, 1, rank=8, ridge=0.0).tensors["weight"]
+    np.testing.assert_allclose(mat.T, unridged, atol=1e-10)

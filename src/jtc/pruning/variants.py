@@ -160,8 +160,8 @@ VARIANTS: dict[str, Variant] = registry(
         Variant(
             "mat",
             "h_{i+n} := h_i A",
-            "least squares without intercept between the states (jtc's map; with pruning.ridge, "
-            "Ghosted Layers' h_i(I + M), M the ridge fit of h_{i+n} - h_i on h_i)",
+            "least squares without intercept between the states (jtc's map; Ghosted Layers' "
+            "h_i(I + M) at ridge 0, M the least squares of h_{i+n} - h_i on h_i)",
             fit=f"{FITS}:fit_mat",
             stand_in="map",
             sums=frozenset({"state_gram", "state_cross"}),
@@ -183,7 +183,8 @@ VARIANTS: dict[str, Variant] = registry(
             "low_rank",
             "h_{i+n} := h_i + h_i B C",
             "the identity plus a rank-r map of the difference h_{i+n} - h_i (reduced-rank "
-            "regression; never worse than drop)",
+            "regression; never worse than drop; at full rank with a ridge, Ghosted Layers' "
+            "ridged h_i(I + M))",
             fit=f"{FITS}:fit_low_rank",
             stand_in="difference",
             sums=frozenset({"state_gram", "state_cross"}),
