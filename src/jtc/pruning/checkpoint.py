@@ -17,7 +17,8 @@ it from there, for `jtc prune` and the export_pruned stage.
 
 `rotation` folds a scaled rotation h_{i+n} := s·h_i Q (its map `rotation.start_{i}.length_{n}
 .weight` = (s·Q)ᵀ in the maps file) into the embeddings and blocks 1..i of a pre-norm RMSNorm
-model (jtc.pruning.rotate), and removes the span: the same architecture again.
+model (jtc.pruning.rotate), and removes the span: the same architecture again. `prune_comp`
+(Prune&Comp's magnitude compensation, h_{i+n} := s·h_i) is that fold with Q = I.
 `rotation_replaceme` folds both: its transform (`weight`) into block i's MLP first, then its
 rotation (part `rotation`) into the embeddings and blocks 1..i.
 
@@ -359,7 +360,8 @@ def write_pruned(
                 "blocks 1..L, h_l after block l; replaceme: block start's MLP output X becomes "
                 "X @ weight.T, folded into its final linear layer; rotation: h_start becomes "
                 "h_start @ weight.T = s·h_start Q, folded into the embeddings and blocks "
-                "1..start; rotation_replaceme: both, h_start becomes s·(r + X @ T) Q; "
+                "1..start (prune_comp: Q = I); rotation_replaceme: both, h_start becomes "
+                "s·(r + X @ T) Q; "
                 "blocks_removed are gone"
             ),
             "check": check,

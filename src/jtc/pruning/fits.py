@@ -19,6 +19,9 @@ Blocks are numbered 1..L; h_l is the residual stream after block l (h_0: the emb
     rotation_replaceme  h_{i+n} := s·(r_i + X_i T) Q: both, the joint least squares in closed
                form (jtc.pruning.joint); T folds as ReplaceMe's, s·Q as rotation's
 
+The training-free magnitude compensations (prune_comp, prune_comp_channel, linear_patch) are
+fitted in jtc.pruning.compensation, from the per-channel sums SpanGrams holds for them.
+
 Maps follow torch.nn.Linear's convention (jtc.shortcuts.maps): `weight` = Aᵀ, Tᵀ or (s·Q)ᵀ
 (rotation: s = ||weight||_F / √d, Q = weightᵀ / s; rotation_replaceme: `weight` = Tᵀ and
 `rotation` = (s·Q)ᵀ); low_rank's

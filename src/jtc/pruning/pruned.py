@@ -6,8 +6,9 @@ What a variant folds into block i's feed-forward layer when exported (jtc.prunin
 fold site "mlp"; replaceme's T) is folded the same way here (jtc.pruning.checkpoint
 .prune_blocks on a copy), so drop and replaceme are exactly the checkpoint `snakemake pruned`
 writes. The rest of a stand-in acts on the residual stream, which no weight of a pre-norm block
-owns (rotation folds into the blocks before the span in the exported checkpoint,
-jtc.pruning.rotate; in memory it is applied like mat, which it equals up to RMSNorm's epsilon):
+owns (rotation and prune_comp fold into the blocks before the span in the exported checkpoint,
+jtc.pruning.rotate; in memory they are applied like mat, which they equal up to RMSNorm's
+epsilon):
 a forward pre-hook on what reads h_{i+n} (the first block after the span, or the final norm when
 the span ends the model) replaces its input by the stand-in computed from it.
 
