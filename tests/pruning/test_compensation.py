@@ -22,7 +22,7 @@ from jtc.model.manifest import model_fingerprint
 from jtc.pipeline.config import ConfigError, validate_config
 from jtc.pruning.calibrate import fit_span
 from jtc.pruning.checkpoint import export, exported_variant_problem
-from jtc.pruning.fits import SpanGrams
+from jtc.pruning.fits import SpanGrams, underdetermined_fit
 from jtc.pruning.hadamard import hadamard, is_full_hadamard
 from jtc.pruning.map_file import SpanMapWriter
 from jtc.pruning.pruned import pruned_copy
@@ -108,6 +108,14 @@ def test_the_fits_are_the_papers_magnitude_ratios(width):
     np.testing.assert_allclose(h.T @ fit.tensors["weight"] @ h, np.diag(rotated), atol=1e-12)
     assert fit.loss == pytest.approx(relative_loss(x @ patch, y), rel=1e-9)
     assert fit.loss < relative_loss(x, y)  # better than drop on these states
+
+
+def test_a_magnitude_ratio_is_never_flagged_underdetermined():
+    """It fits no token, so its calibration loss means something on any number of tokens (a
+    least-squares map on fewer tokens than the width reproduces them)."""
+    for name in ("prune_comp", "prune_comp_channel", "linear_patch"):
+        assert not underdetermined_fit(name, 10, 576)
+    assert underdetermined_fit("mat", 10, 576)
 
 
 def test_a_channel_that_is_always_zero_keeps_its_scale():

@@ -258,8 +258,9 @@ def underdetermined_fit(variant: str, tokens: int, width: int) -> bool:
     fit reproduces them and its calibration loss says nothing of the span; rotation's
     d(d-1)/2 + 1 parameters are determined by fewer tokens than least squares needs, but on
     fewer tokens than the width Σ h_iᵀh_{i+n} is singular and Q is free on its null space:
-    flagged like the others)."""
-    return variant_of(variant).has_map and tokens < width
+    flagged like the others; never the magnitude ratios, Variant.interpolates)."""
+    record = variant_of(variant)
+    return record.has_map and record.interpolates and tokens < width
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,11 @@ class Variant:
 
     `folds` says how it is exported as a standard checkpoint, {part: site} (FOLD_SITES; {}:
     the blocks are removed and nothing is folded); None: it is measured in memory only, and
-    `not_exported` says why. `settings` are the keys of config pruning its fit reads."""
+    `not_exported` says why. `settings` are the keys of config pruning its fit reads.
+    `interpolates`: whether its map, fitted on fewer calibration tokens than the width,
+    reproduces them (a fit of the tokens with at least d free parameters per output: its
+    calibration loss then says nothing of the span, jtc.pruning.fits.underdetermined_fit);
+    False for a map that is no such fit (the magnitude ratios of jtc.pruning.compensation)."""
 
     name: str
     formula: str  # h_{i+n} := ...
@@ -73,6 +77,7 @@ class Variant:
     folds: dict[str, str] | None = field(default_factory=dict)
     not_exported: str = ""
     settings: tuple[str, ...] = ()
+    interpolates: bool = True
 
     @property
     def has_map(self) -> bool:
@@ -232,6 +237,7 @@ VARIANTS: dict[str, Variant] = registry(
             fit=f"{COMPENSATION}:fit_prune_comp",
             stand_in="map",
             sums=frozenset({"magnitude"}),
+            interpolates=False,
             folds={"weight": "stream"},
         ),
         Variant(
@@ -241,6 +247,7 @@ VARIANTS: dict[str, Variant] = registry(
             fit=f"{COMPENSATION}:fit_prune_comp_channel",
             stand_in="map",
             sums=frozenset({"magnitude", "state_gram", "state_cross"}),
+            interpolates=False,
             folds=None,
             not_exported=(
                 "a per-channel scale of the residual stream does not commute with RMSNorm (it "
@@ -256,6 +263,7 @@ VARIANTS: dict[str, Variant] = registry(
             fit=f"{COMPENSATION}:fit_linear_patch",
             stand_in="map",
             sums=frozenset({"hadamard_magnitude", "state_gram", "state_cross"}),
+            interpolates=False,
             folds=None,
             not_exported=(
                 "its patch H D Hᵀ is no scaled rotation, so it does not commute with RMSNorm and "
