@@ -9,12 +9,12 @@ jtc.pruning.fits.SpanGrams:
     linear_patch        h_{i+n} := h_i H D Hᵀ, D_kk = Σ|(h_{i+n} H)_k| / Σ|(h_i H)_k|
 
 Prune&Comp's code (arXiv 2507.18212, magcomp.get_scale_params) takes, on each calibration
-sequence, the per-channel ratio of the mean |h_{i+n}| to the mean |h_i|, averages it over the
-sequences, then over the channels (s); the per-channel vector before that last mean is
+batch, the per-channel ratio of the mean |h_{i+n}| to the mean |h_i|, averages it over the
+batches, then over the channels (s); the per-channel vector before that last mean is
 prune_comp_channel's c. LinearPatch's training-free patch (arXiv 2505.24680,
 layer_select.get_scale_params) is the same per-channel ratio in the Hadamard-rotated basis,
 P = H diag(d) Hᵀ. jtc takes each ratio over all calibration tokens at once (a ratio of sums,
-where the papers average per-sequence ratios), so that it comes from one streaming pass; H is
+where the papers average per-batch ratios), so that it comes from one streaming pass; H is
 jtc.pruning.hadamard's (a Hadamard matrix of the same order as the paper's, not the same one).
 A channel that is zero on every calibration token keeps scale 1.
 
