@@ -22,8 +22,8 @@ def windows() -> pa.Table:
             rows.append(
                 {"context": 8, "variant": variant, "length": length, "start": start,
                  "removed": removed, "selection": selection, "window": w, "tokens": 7,
-                 "cross_entropy": ce, "cross_entropy_full": full[w], "agreement": 7 if variant == "full" else 3,
-                 "windows_wanted": 6}
+                 "cross_entropy": ce, "cross_entropy_full": full[w],
+                 "agreement": 7 if variant == "full" else 3, "windows_wanted": 6}
             )  # fmt: skip
     return pa.Table.from_pylist(rows)
 
