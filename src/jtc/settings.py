@@ -322,6 +322,9 @@ class MeasuredSettings(Settings):
     """The stand-ins measured, in this order (pruning.variants)."""
     export_selection: str
     """The selection rule whose chosen spans are measured."""
+    also_measure: tuple[str, ...]
+    """Stand-ins measured at the blocks another rule chose, "variant@selection" (drop at
+    ShortGPT's blocks: "drop@lowest_block_influence"), after those of export_selection."""
 
 
 @dataclasses.dataclass(frozen=True)

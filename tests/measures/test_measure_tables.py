@@ -9,21 +9,21 @@ from jtc.measures.tables import context_table, generation_table
 from jtc.settings import IntervalSettings
 
 INTERVALS = IntervalSettings(top_k=(1,), bootstrap=200, confidence_level=0.9)
-SUBJECTS = [("full", 0, -1, ""), ("drop", 2, 1, "2-3")]
+SUBJECTS = [("full", 0, -1, "", ""), ("drop", 2, 1, "2-3", "measured")]
 
 
 def windows() -> pa.Table:
     rng = np.random.default_rng(0)
     rows = []
     full = rng.uniform(10, 20, size=5)
-    for variant, length, start, removed in SUBJECTS:
+    for variant, length, start, removed, selection in SUBJECTS:
         for w in range(5):
             ce = full[w] * (1.0 if variant == "full" else 1.5)
             rows.append(
                 {"context": 8, "variant": variant, "length": length, "start": start,
-                 "removed": removed, "window": w, "tokens": 7, "cross_entropy": ce,
-                 "cross_entropy_full": full[w], "agreement": 7 if variant == "full" else 3,
-                 "windows_wanted": 6}
+                 "removed": removed, "selection": selection, "window": w, "tokens": 7,
+                 "cross_entropy": ce, "cross_entropy_full": full[w],
+                 "agreement": 7 if variant == "full" else 3, "windows_wanted": 6}
             )  # fmt: skip
     return pa.Table.from_pylist(rows)
 
@@ -42,10 +42,10 @@ def test_context_table():
 
 def test_generation_table():
     rows = [
-        {"variant": v, "length": n, "start": s, "removed": r, "sentence_id": p,
+        {"variant": v, "length": n, "start": s, "removed": r, "selection": c, "sentence_id": p,
          "prompt_tokens": 5, "new_tokens": 4, "first_difference": 4 if v == "full" else p,
          "agreement": 4 if v == "full" else p + 1 - (p == 4)}
-        for v, n, s, r in SUBJECTS
+        for v, n, s, r, c in SUBJECTS
         for p in range(5)
     ]  # fmt: skip
     full, drop = generation_table(

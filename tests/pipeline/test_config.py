@@ -381,6 +381,21 @@ def test_pruning_settings_are_checked_while_planning():
         validate_config({**base, "pruning": {"models": ["m"], "variants": ["drop", "mat"]}})
     with pytest.raises(ConfigError, match="pruning.variants"):
         validate_config({**base, "pruning": {"variants": ["shortcut"]}})
+    # a stand-in measured at another rule's blocks: one of the variants, drop alone at blocks
+    # that are not consecutive, a known rule
+    with pytest.raises(ConfigError, match=r"'pruning.also_measure': rotation@block_influence: "):
+        validate_config(
+            {**base, "pruning": {"models": ["m"], "also_measure": ["rotation@block_influence"]}}
+        )
+    with pytest.raises(ConfigError, match=r"mat@lowest_block_influence: .* only drop"):
+        validate_config(
+            {**base, "pruning": {"models": ["m"], "also_measure": ["mat@lowest_block_influence"]}}
+        )
+    with pytest.raises(ConfigError, match="pruning.also_measure"):
+        validate_config({**base, "pruning": {"models": ["m"], "also_measure": ["drop@shortgpt"]}})
+    also = ["drop@lowest_block_influence", "drop@angular_distance"]
+    config = validate_config({**base, "pruning": {"models": ["m"], "also_measure": also}})
+    assert config["pruning"]["also_measure"] == also
     config = validate_config({**base, "pruning": {"models": ["m"]}})
     assert config["pruning"]["variants"] == ["drop", "mat", "replaceme", "low_rank"]
     assert config["pruning"]["export_selection"] == "measured"

@@ -14,7 +14,7 @@ from tiny import SENTENCES
 from jtc.model.hooks import hidden_input
 from jtc.model.kept_blocks import running_only
 from jtc.pruning.export_check import hooked_logits
-from jtc.pruning.pruned import pruned_copy, stand_in_state
+from jtc.pruning.pruned import dropped_copy, pruned_copy, stand_in_state
 from jtc.shortcuts.maps import ShortcutMap
 
 KINDS = ["llama", "qwen2", "gpt2"]
@@ -127,3 +127,25 @@ def test_a_stand_in_without_its_map_is_refused():
     model, adapter = make("llama")
     with pytest.raises(ValueError, match="needs the span's map"):
         pruned_copy(model, adapter, "mat", 1, 2, None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_that_are_not_consecutive_are_dropped_as_the_original_skipping_them(kind):
+    """ShortGPT's n blocks of lowest Block Influence (pruning.also_measure
+    drop@lowest_block_influence): the copy equals the original running only the other blocks,
+    its config and KV cache follow, and the original is left as it was."""
+    model, adapter = make(kind)
+    before = logits(model)
+    removed = (1, 3, 4)  # 1-based
+    pruned = dropped_copy(model, adapter, removed)
+    assert len(adapter.blocks(pruned)) == pruned.config.num_hidden_layers == LAYERS - 3
+    kept = [b for b in range(LAYERS) if b + 1 not in removed]
+    with torch.no_grad(), running_only(model, adapter, kept):
+        want = model(**batch(), use_cache=False).logits
+    assert relative_error(logits(pruned), want) < 1e-6
+    assert torch.equal(logits(model), before)
+    inputs = TOKENIZER(SENTENCES[:1], return_tensors="pt")
+    with torch.no_grad():
+        cached = pruned.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=True)
+        plain = pruned.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
+    assert torch.equal(cached, plain)

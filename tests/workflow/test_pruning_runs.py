@@ -34,6 +34,8 @@ def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path)
         "evaluation_sentences": 6,
         "selected_sentences": 8,
         "measures_in_all": True,
+        # ShortGPT's blocks (lowest Block Influence) and UIDL's, dropped, measured beside
+        "also_measure": ["drop@lowest_block_influence", "drop@angular_distance"],
         **MEASURES,
     }
     copy_run(tiny_run, tmp_path, config)
@@ -67,6 +69,16 @@ def test_depth_pruning_runs_alone_and_writes_a_smaller_model(tiny_run, tmp_path)
     generation = pq.read_table(metrics / "pruning_generation.parquet").to_pylist()
     assert generation[0]["agreement_share"] == 1.0 and generation[0]["prompts"] == 2
     assert {r["variant"] for r in generation} == {r["variant"] for r in context}
+    chosen = {
+        (r["variant"], r["selection"]): r["removed"] for r in selected if r["variant"] == "drop"
+    }
+    measured = [(r["variant"], r["selection"], r["removed"]) for r in context]
+    assert measured[-2:] == [
+        ("drop", rule, chosen[("drop", rule)])
+        for rule in ("lowest_block_influence", "angular_distance")
+    ]
+    assert {r["selection"] for r in context[1:-2]} == {"measured"}
+    assert [(r["variant"], r["selection"]) for r in generation] == [m[:2] for m in measured]
     assert {r["selection"] for r in selected} == {
         "angular_distance",
         "block_influence",

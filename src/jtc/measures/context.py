@@ -122,6 +122,7 @@ def context_perplexity(
     windows: int,
     rule: str,
     variants: Sequence[str],
+    also: Sequence[str] = (),
     calibration: CalibrationText,
     calibration_sentences: int,
     held_out: int | None,
@@ -130,9 +131,9 @@ def context_perplexity(
     batch_size: int,
 ) -> pa.Table:
     """WINDOW_COLUMNS of every subject (the full model, then each length and variant at the
-    span `rule` chose) on the same windows of held-out documents (none of the calibration
-    documents: `calibration`, `calibration_sentences` and `held_out` as calibration read them),
-    for each context size."""
+    span `rule` chose, then `also`: jtc.measures.subjects) on the same windows of held-out
+    documents (none of the calibration documents: `calibration`, `calibration_sentences` and
+    `held_out` as calibration read them), for each context size."""
     problem = context_problem(contexts, windows, info.get("max_positions"), model_name)
     if problem:
         raise ValueError(problem)
@@ -149,7 +150,7 @@ def context_perplexity(
     documents = held_out_documents(sentences, left_out)
     stream = token_stream(tokenizer, documents, max(contexts) * windows)
     adapter = adapter_of(info)
-    subjects = measured_subjects(selection, rule, variants)
+    subjects = measured_subjects(selection, rule, variants, also)
     cut = {c: cut_windows(stream, c, windows) for c in contexts}
     for context, got in cut.items():
         if len(got) < windows:

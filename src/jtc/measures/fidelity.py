@@ -116,18 +116,20 @@ def generation_fidelity(
     skip: int,
     rule: str,
     variants: Sequence[str],
+    also: Sequence[str] = (),
     corpus: str,
     max_tokens: int,
     batch_size: int,
 ) -> pa.Table:
     """PROMPT_COLUMNS of every subject (the full model, then each length and variant at the
-    span `rule` chose) on the same prompts: validation sentences after the first `skip`."""
+    span `rule` chose, then `also`: jtc.measures.subjects) on the same prompts: validation
+    sentences after the first `skip`."""
     problem = generation_problem(prompts, new_tokens)
     if problem:
         raise ValueError(problem)
     inputs, ids = prompt_inputs(tokenizer, sentences, skip, prompts, corpus, max_tokens)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    subjects: list[Subject] = measured_subjects(selection, rule, variants)
+    subjects: list[Subject] = measured_subjects(selection, rule, variants, also)
     adapter = adapter_of(info)
     progress = Progress(len(subjects), "generation fidelity", "subjects")
     full = np.zeros((0, new_tokens), dtype=np.int64)

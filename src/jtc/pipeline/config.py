@@ -12,6 +12,7 @@ import jsonschema
 import yaml
 
 from jtc.paths import DOWNLOAD_SUFFIXES
+from jtc.pruning.spans import NONCONTIGUOUS
 from jtc.pruning.variants import EXPORTED, RETIRED, VARIANTS
 from jtc.settings import SCHEMA, RankSettings, resolved
 from jtc.shortcuts.methods import METHODS
@@ -204,7 +205,8 @@ def replaced_variant_problem(config: dict[str, Any]) -> str | None:
 
 def pruning_config_problem(config: dict[str, Any]) -> str | None:
     """Depth pruning asked of a model or corpus that is not configured or of a model that
-    cannot be scored, or an exported length that is not evaluated."""
+    cannot be scored, an exported length that is not evaluated, or a stand-in measured at
+    another rule's blocks that is not evaluated or not defined there."""
     section = config["pruning"]
     problem = _listed_problem(config, "pruning")
     if problem:
@@ -214,6 +216,18 @@ def pruning_config_problem(config: dict[str, Any]) -> str | None:
             f"config key 'pruning.export_variant': {section['export_variant']} is not one of "
             f"pruning.variants {section['variants']}: only an evaluated variant is exported"
         )
+    for entry in section["also_measure"]:
+        variant, rule = entry.split("@")
+        if variant not in section["variants"] or (rule == NONCONTIGUOUS and variant != "drop"):
+            return (
+                f"config key 'pruning.also_measure': {entry}: "
+                + (
+                    f"{variant} is not one of pruning.variants {section['variants']}"
+                    if variant not in section["variants"]
+                    else f"{NONCONTIGUOUS} removes blocks that are not consecutive, which only "
+                    "drop is defined for (use drop@" + NONCONTIGUOUS + ")"
+                )
+            )
     length, lengths = section["export_length"], section["lengths"]
     if length is not None and lengths and length not in lengths:
         return (

@@ -246,11 +246,18 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
     return dataclasses.replace(shape, rows=rows, runs=runs)
 
 
+def measured_models(config: dict[str, Any], layers: int) -> int:
+    """The models the literature's measures and the benchmarks run (jtc.measures.subjects):
+    the full model, and per length each variant and each pruning.also_measure entry."""
+    pruning = config["pruning"]
+    lengths = resolved_lengths(pruning["lengths"], layers)
+    return 1 + len(lengths) * (len(pruning["variants"]) + len(pruning["also_measure"]))
+
+
 def _measures_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
     """A measures job's models (runs: the full model and each length and variant at the chosen
     span), windows or prompts (rows) and their tokens, from its settings objects."""
-    span_runs = SpanRunSettings.from_config(config)
-    subjects = 1 + len(resolved_lengths(span_runs.lengths, shape.layers)) * len(span_runs.variants)
+    subjects = measured_models(config, shape.layers)
     if stage == "context_perplexity":
         context = ContextSettings.from_config(config)
         rows, tokens = context.windows * len(context.lengths), max(context.lengths)
@@ -265,12 +272,11 @@ def _benchmark_shape(config: dict[str, Any], shape: Shape) -> Shape:
     task, REQUEST_TOKENS long) and measured models (runs: the full model and one per length
     and variant; config pruning.benchmarks)."""
     benchmarks = BenchmarkSettings.from_config(config)
-    lengths = resolved_lengths(config["pruning"]["lengths"], shape.layers)
     return dataclasses.replace(
         shape,
         rows=4 * benchmarks.limit * len(benchmarks.tasks),
         tokens=REQUEST_TOKENS,
-        runs=1 + len(lengths) * len(config["pruning"]["variants"]),
+        runs=measured_models(config, shape.layers),
         batch=config["batch_size"],
     )
 

@@ -133,3 +133,20 @@ def pruned_copy(
     pruned.jtc_stand_in = linear  # kept with the model (moved by .to() along with it)
     reader.register_forward_pre_hook(_replacing_input(stand_in, linear), with_kwargs=True)
     return pruned
+
+
+def dropped_copy(model: nn.Module, adapter: Adapter, blocks: tuple[int, ...]) -> nn.Module:
+    """A copy of `model` with `blocks` (1-based, not necessarily consecutive: ShortGPT's n
+    blocks of lowest Block Influence) removed and nothing in their place, each run of
+    consecutive blocks removed as a span (jtc.pruning.checkpoint.prune_blocks), the last first
+    so that the numbers of the others hold. `model` itself is not changed."""
+    pruned = copy.deepcopy(model)
+    runs: list[list[int]] = []
+    for block in sorted(set(blocks)):
+        if runs and block == runs[-1][-1] + 1:
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    for run in reversed(runs):
+        prune_blocks(pruned, adapter, run[0] - 1, len(run))
+    return pruned

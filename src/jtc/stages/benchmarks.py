@@ -47,7 +47,9 @@ def run_benchmarks(
     config, which = BenchmarkSettings.of(settings), MeasuredSettings.of(measured)
     task_configs = read_task_configs(tasks, config.tasks)  # checked before the model loads
     net, tokenizer, info = load_model(model_dir, threads)
-    subjects = measured_subjects(read_table(selection), which.export_selection, which.variants)
+    subjects = measured_subjects(
+        read_table(selection), which.export_selection, which.variants, which.also_measure
+    )
     ready()
     documents = run(
         net,
