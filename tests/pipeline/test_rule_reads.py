@@ -96,7 +96,7 @@ def test_the_measures_read_the_stand_ins_and_the_selection_rule_not_the_export()
         rule: {k for k in keys(reads[rule]) if k.startswith("pruning.")}
         for rule in ("context_perplexity", "generation_fidelity", "run_benchmarks")
     }
-    measured = {"pruning.variants", "pruning.export_selection"}
+    measured = {"pruning.variants", "pruning.export_selection", "pruning.also_measure"}
     assert pruning["run_benchmarks"] == measured | {
         "pruning.benchmarks.tasks",
         "pruning.benchmarks.limit",

@@ -324,6 +324,7 @@ CHANGES = {
     "export_length": (1, True),
     "export_selection": ("block_influence", True),
     "export_variant": ("drop", True),
+    "also_measure": (["drop@block_influence"], True),
     "benchmarks.tasks": (["piqa"], True),
     "benchmarks.limit": (3, True),
     "benchmarks.in_all": (True, True),
