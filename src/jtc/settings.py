@@ -223,7 +223,7 @@ class CalibrationSettings(Settings):
 
     BLOCK: ClassVar[str] = "pruning"
 
-    lengths: tuple[int, ...]
+    lengths: tuple[int | str, ...]
     """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
     variants: tuple[str, ...]
     """What stands in for the removed blocks (jtc.pruning.variants.VARIANTS)."""
@@ -256,7 +256,7 @@ class SpanRunSettings(Settings):
 
     BLOCK: ClassVar[str] = "pruning"
 
-    lengths: tuple[int, ...]
+    lengths: tuple[int | str, ...]
     """Blocks removed n; empty: about 1/8 and 1/4 of the depth."""
     variants: tuple[str, ...]
     """What stands in for the removed blocks."""

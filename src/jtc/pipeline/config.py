@@ -229,7 +229,8 @@ def pruning_config_problem(config: dict[str, Any]) -> str | None:
                 )
             )
     length, lengths = section["export_length"], section["lengths"]
-    if length is not None and lengths and length not in lengths:
+    counts = [n for n in lengths if isinstance(n, int)]
+    if length is not None and counts == lengths and lengths and length not in lengths:
         return (
             f"config key 'pruning.export_length': {length} is not one of pruning.lengths "
             f"{lengths}: a span is chosen only for the lengths evaluated"

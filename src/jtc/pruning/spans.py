@@ -23,15 +23,24 @@ SELECTIONS = ("angular_distance", "block_influence", "measured", "lowest_block_i
 NONCONTIGUOUS = "lowest_block_influence"
 
 
+def share_of_depth(share: str, num_layers: int) -> int:
+    """The blocks a share of the depth ("1/4") stands for: rounded, at least one."""
+    numerator, denominator = (int(part) for part in share.split("/"))
+    return max(1, round(num_layers * numerator / denominator))
+
+
 def default_lengths(num_layers: int) -> list[int]:
     """About 1/8 and 1/4 of the depth (rounded, at least one block, fewer than all)."""
-    lengths = {max(1, round(num_layers / 8)), max(1, round(num_layers / 4))}
+    lengths = {share_of_depth("1/8", num_layers), share_of_depth("1/4", num_layers)}
     return sorted(n for n in lengths if n < num_layers)
 
 
-def resolved_lengths(lengths: Sequence[int], num_layers: int) -> list[int]:
-    """The configured lengths (config pruning.lengths), or the default ones when empty."""
-    return sorted(set(lengths)) or default_lengths(num_layers)
+def resolved_lengths(lengths: Sequence[int | str], num_layers: int) -> list[int]:
+    """The configured lengths (config pruning.lengths: block counts, or shares of the depth
+    such as "1/4", 8 of SmolLM2's 30 blocks and 6 of Qwen2.5 0.5B's 24), or the default ones
+    when empty."""
+    counts = {n if isinstance(n, int) else share_of_depth(n, num_layers) for n in lengths}
+    return sorted(counts) or default_lengths(num_layers)
 
 
 def export_length(lengths: Iterable[int], num_layers: int) -> int:
@@ -126,7 +135,7 @@ def pruning_problem(
     task: str | None,
     adapter: Adapter | None,
     num_layers: int | None,
-    lengths: Sequence[int],
+    lengths: Sequence[int | str],
     variants: Sequence[str],
 ) -> str | None:
     """Why a model cannot be pruned as configured, from what is known of it (None: unknown):
@@ -148,7 +157,7 @@ def pruning_problem(
                 f"each block's feed-forward module (its output X added to the stream, h_i = r_i "
                 f"+ X), and model '{name}': {err}; list {others} instead"
             )
-    return lengths_problem(num_layers, lengths) if num_layers else None
+    return lengths_problem(num_layers, resolved_lengths(lengths, num_layers)) if num_layers else None
 
 
 def removed_label(blocks: Iterable[int]) -> str:
