@@ -157,7 +157,9 @@ def pruning_problem(
                 f"each block's feed-forward module (its output X added to the stream, h_i = r_i "
                 f"+ X), and model '{name}': {err}; list {others} instead"
             )
-    return lengths_problem(num_layers, resolved_lengths(lengths, num_layers)) if num_layers else None
+    if not num_layers:
+        return None
+    return lengths_problem(num_layers, resolved_lengths(lengths, num_layers))
 
 
 def removed_label(blocks: Iterable[int]) -> str:
