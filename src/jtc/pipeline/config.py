@@ -219,14 +219,11 @@ def pruning_config_problem(config: dict[str, Any]) -> str | None:
     for entry in section["also_measure"]:
         variant, rule = entry.split("@")
         if variant not in section["variants"] or (rule == NONCONTIGUOUS and variant != "drop"):
-            return (
-                f"config key 'pruning.also_measure': {entry}: "
-                + (
-                    f"{variant} is not one of pruning.variants {section['variants']}"
-                    if variant not in section["variants"]
-                    else f"{NONCONTIGUOUS} removes blocks that are not consecutive, which only "
-                    "drop is defined for (use drop@" + NONCONTIGUOUS + ")"
-                )
+            return f"config key 'pruning.also_measure': {entry}: " + (
+                f"{variant} is not one of pruning.variants {section['variants']}"
+                if variant not in section["variants"]
+                else f"{NONCONTIGUOUS} removes blocks that are not consecutive, which only "
+                "drop is defined for (use drop@" + NONCONTIGUOUS + ")"
             )
     length, lengths = section["export_length"], section["lengths"]
     counts = [n for n in lengths if isinstance(n, int)]
