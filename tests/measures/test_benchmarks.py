@@ -125,7 +125,9 @@ def test_accuracy_difference_and_retained_against_a_direct_computation():
     settings = IntervalSettings.defaults(bootstrap=200, confidence_level=0.9)
     accuracy, retained = benchmark_tables(_documents(scores), settings, 0, model="m", corpus="c")
     rows = {(r["task"], r["metric"], r["variant"]): r for r in accuracy.to_pylist()}
-    assert rows["piqa", "acc", "drop"]["headline"] and not rows["piqa", "acc_norm", "drop"]["headline"]
+    assert (
+        rows["piqa", "acc", "drop"]["headline"] and not rows["piqa", "acc_norm", "drop"]["headline"]
+    )
     assert rows["piqa", "acc", "drop"]["split"] == "validation"
     for (variant, task), values in scores.items():
         row = rows[task, "acc", variant]
@@ -196,9 +198,7 @@ def test_chance_level_and_whether_the_full_model_is_above_it():
     }
     choices = {("arc_easy", d): 3 if d < 5 else 4 for d in range(20)}
     settings = IntervalSettings.defaults(bootstrap=200, confidence_level=0.95)
-    accuracy, _ = benchmark_tables(
-        _documents(scores, choices), settings, 3, model="m", corpus="c"
-    )
+    accuracy, _ = benchmark_tables(_documents(scores, choices), settings, 3, model="m", corpus="c")
     rows = {(r["task"], r["metric"], r["variant"]): r for r in accuracy.to_pylist()}
     assert rows["arc_easy", "acc", "drop"]["chance"] == pytest.approx((5 / 3 + 15 / 4) / 20)
     assert rows["piqa", "acc", "full"]["chance"] == 0.5

@@ -98,9 +98,7 @@ def _ratio(pruned: np.ndarray, full: np.ndarray) -> np.ndarray:
         return np.where(full > 0, pruned / np.where(full > 0, full, 1.0), np.nan)
 
 
-def retained_shares(
-    means: np.ndarray, full: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def retained_shares(means: np.ndarray, full: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio of averages, mean of ratios, tasks in the mean of ratios), each in % per subject,
     of per-task accuracies `means` (..., tasks, subjects); the full model is subject `full`. A
     task on which the full model scored 0 has no ratio: the mean is over the others."""

@@ -133,7 +133,8 @@ def mmlu_description(subject: str, examples: Sequence[dict[str, Any]]) -> str:
     """lm-eval's mmlu description of a subject, and the few-shot examples after it as lm-eval
     renders them (its first_n sampler: the first of the subject's dev split, each its prompt,
     " ", its answer's letter and "\n\n")."""
-    text = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+    topic = subject.replace("_", " ")
+    text = f"The following are multiple choice questions (with answers) about {topic}.\n\n"
     for example in examples:
         text += mmlu_prompt(example) + " " + MMLU_LETTERS[int(example["answer"])] + "\n\n"
     return text
@@ -332,8 +333,7 @@ def fewshot_size(name: str, root: Path | None = None) -> int:
     if spec.fewshot is None:
         return 0
     return min(
-        len(_split_rows(folder.parent / spec.fewshot, name))
-        for folder in task_folders(name, root)
+        len(_split_rows(folder.parent / spec.fewshot, name)) for folder in task_folders(name, root)
     )
 
 
