@@ -325,6 +325,7 @@ CHANGES = {
     "export_selection": ("block_influence", True),
     "export_variant": ("drop", True),
     "benchmarks.tasks": (["piqa"], True),
+    "benchmarks.shots": ({"arc_easy": 0}, True),
     "benchmarks.limit": (3, True),
     "benchmarks.in_all": (True, True),
     "context.lengths": ([8], True),
