@@ -141,12 +141,6 @@ class TaskSpec:
     fewshot: str | None = None
     description: str | None = None
 
-    @property
-    def headline(self) -> str:
-        """The headline metric: acc, as the pruning papers' tables report it (acc_norm beside
-        it where lm-eval reports it)."""
-        return "acc"
-
 
 _ARC_TEXT = "Question: {{question}}\nAnswer:"
 _ARC_TARGET = "{{choices.label.index(answerKey)}}"
