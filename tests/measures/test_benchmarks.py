@@ -39,7 +39,7 @@ def test_task_files_hold_the_first_documents_in_lm_evals_format(tmp_path):
         assert len(lines) == 2
         (config,) = read_task_configs(tmp_path, [name])
         assert config["dataset_path"] == "json"
-        assert config["dataset_kwargs"]["data_files"]["validation"].endswith(f"{name}.jsonl")
+        assert config["dataset_kwargs"]["data_files"][TASKS[name].split].endswith(f"{name}.jsonl")
         assert [m["metric"] for m in config["metric_list"]] == list(TASKS[name].metrics)
     hellaswag = json.loads((tmp_path / "hellaswag.jsonl").read_text().splitlines()[0])
     assert set(hellaswag) == {"query", "choices", "label"} and len(hellaswag["choices"]) == 4
@@ -50,11 +50,6 @@ def test_task_files_hold_the_first_documents_in_lm_evals_format(tmp_path):
     assert wino["continuation"] == wino["sentence"][blank + 1 :].strip()
     assert wino["context_index"] == int(wino["answer"]) - 1
     assert json.loads((tmp_path / "boolq.jsonl").read_text().splitlines()[0])["label"] in (0, 1)
-
-
-@needs_data
-def test_a_limit_beyond_a_task_takes_the_whole_task():
-    assert len(read_documents("arc_challenge", 10**6)) == 299  # its validation split
 
 
 @needs_data
@@ -87,18 +82,37 @@ def test_lm_eval_scores_every_document_of_the_full_and_the_pruned_models(tmp_pat
     }
     assert all(r["acc"] in (0.0, 1.0) for r in rows)
     assert all((r["acc_norm"] is None) == (r["task"] == "winogrande") for r in rows)
+    assert all(r["choices"] == 2 and r["split"] == "validation" and r["shots"] == 0 for r in rows)
     assert documents.equals(run())  # deterministic
 
 
-def _documents(scores: dict[tuple[str, str], list[float]]) -> pa.Table:
+CHOICES = {"piqa": 2, "boolq": 2, "winogrande": 2, "arc_easy": 4}
+
+
+def _documents(scores: dict[tuple[str, str], list[float]], choices=None) -> pa.Table:
     """A documents table of (variant, task) -> acc per document (acc_norm: the same)."""
     subjects = {"full": FULL_MODEL, "drop": Subject("drop", 2, 1, "3-4")}
     rows = [
-        {**subject_columns(subjects[v]), "task": t, "doc_id": d, "acc": a, "acc_norm": a}
+        {
+            **subject_columns(subjects[v]),
+            "task": t,
+            "split": "validation",
+            "shots": 0,
+            "doc_id": d,
+            "acc": a,
+            "acc_norm": a,
+            "choices": (choices or {}).get((t, d), CHOICES[t]),
+        }
         for (v, t), values in scores.items()
         for d, a in enumerate(values)
     ]
     return pa.Table.from_pylist(rows, pa.schema(DOCUMENT_COLUMNS))
+
+
+def _retained_by_hand(full: np.ndarray, pruned: np.ndarray) -> tuple[float, float]:
+    """(ratio of averages, mean of ratios) in % of per-task accuracies, directly."""
+    keep = full > 0
+    return 100 * pruned.mean() / full.mean(), 100 * np.mean(pruned[keep] / full[keep])
 
 
 def test_accuracy_difference_and_retained_against_a_direct_computation():
@@ -112,38 +126,88 @@ def test_accuracy_difference_and_retained_against_a_direct_computation():
     accuracy, retained = benchmark_tables(_documents(scores), settings, 0, model="m", corpus="c")
     rows = {(r["task"], r["metric"], r["variant"]): r for r in accuracy.to_pylist()}
     assert (
-        rows["piqa", "acc_norm", "drop"]["primary"] and not rows["piqa", "acc", "drop"]["primary"]
+        rows["piqa", "acc", "drop"]["headline"] and not rows["piqa", "acc_norm", "drop"]["headline"]
     )
-    assert rows["boolq", "acc", "drop"]["primary"]
+    assert rows["piqa", "acc", "drop"]["split"] == "validation"
     for (variant, task), values in scores.items():
         row = rows[task, "acc", variant]
         assert row["accuracy"] == pytest.approx(np.mean(values))
         assert row["difference"] == pytest.approx(np.mean(values) - np.mean(scores["full", task]))
         assert row["accuracy_low"] <= row["accuracy"] <= row["accuracy_high"]
         assert row["documents"] == len(values)
-    by = {r["variant"]: r for r in retained.to_pylist()}
-    expected = 100 * np.mean([0.5 / 0.75, 1.0 / 0.8])
-    assert by["drop"]["retained_percent"] == pytest.approx(expected)
-    assert by["full"]["retained_percent"] == pytest.approx(100.0)
-    assert by["full"]["retained_low"] == pytest.approx(100.0)
-    assert by["drop"]["retained_low"] <= expected <= by["drop"]["retained_high"]
-    assert by["drop"]["tasks"] == 2
-    # a task the full model scores 0 on has no ratio: the mean is over the others
+        assert row["chance"] == 0.5
+    by = {(r["metric"], r["variant"]): r for r in retained.to_pylist()}
+    assert set(by) == {(m, v) for m in ("acc", "acc_norm") for v in ("full", "drop")}
+    assert by["acc", "drop"]["headline"] and not by["acc_norm", "drop"]["headline"]
+    full = np.array([0.75, 0.8])
+    pruned = np.array([0.5, 1.0])
+    of_averages, mean_ratio = _retained_by_hand(full, pruned)
+    drop = by["acc", "drop"]
+    assert drop["retained_of_averages"] == pytest.approx(of_averages)
+    assert drop["retained_mean_ratio"] == pytest.approx(mean_ratio)
+    assert by["acc", "full"]["retained_of_averages"] == pytest.approx(100.0)
+    assert by["acc", "full"]["retained_mean_ratio_low"] == pytest.approx(100.0)
+    assert drop["tasks"] == 2
+    # both intervals from the paired resamples, task k's from seed + k, against numpy directly
+    resampled = []
+    for k, task in enumerate(["piqa", "boolq"]):
+        n = len(scores["full", task])
+        counts = bootstrap_counts(n, 200, 0 + k)
+        both = np.array([scores["full", task], scores["drop", task]], dtype=float).T
+        resampled.append(counts @ both / n)  # (B, 2)
+    resampled = np.stack(resampled, axis=1)  # (B, tasks, subjects)
+    f, p = resampled[..., 0], resampled[..., 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        averages = 100 * p.mean(1) / f.mean(1)
+        ratios = 100 * np.nanmean(np.where(f > 0, p / np.where(f > 0, f, 1), np.nan), axis=1)
+    for name, boot in (("retained_of_averages", averages), ("retained_mean_ratio", ratios)):
+        low, high = np.nanquantile(boot, [0.05, 0.95])
+        assert drop[f"{name}_low"] == pytest.approx(low)
+        assert drop[f"{name}_high"] == pytest.approx(high)
+        assert drop[f"{name}_low"] <= drop[name] <= drop[f"{name}_high"]
+    # deterministic: the same seed, the same table
+    again = benchmark_tables(_documents(scores), settings, 0, model="m", corpus="c")
+    assert again[1].equals(retained) and again[0].equals(accuracy)
+    # a task the full model scores 0 on has no ratio: the mean of ratios is over the others,
+    # the ratio of averages counts it
     zero = {**scores, ("full", "arc_easy"): [0, 0], ("drop", "arc_easy"): [1, 0]}
     _, retained = benchmark_tables(_documents(zero), settings, 0, model="m", corpus="c")
-    by = {r["variant"]: r for r in retained.to_pylist()}
-    assert by["drop"]["retained_percent"] == pytest.approx(expected)
-    assert by["drop"]["tasks"] == 2
+    drop = {(r["metric"], r["variant"]): r for r in retained.to_pylist()}["acc", "drop"]
+    of_averages, mean_ratio = _retained_by_hand(np.array([0.75, 0.8, 0]), np.array([0.5, 1, 0.5]))
+    assert drop["retained_mean_ratio"] == pytest.approx(mean_ratio)
+    assert drop["retained_of_averages"] == pytest.approx(of_averages)
+    assert drop["tasks"] == 2
     # the paired resamples: the difference's interval, from the same resamples as the accuracy
     counts = bootstrap_counts(4, 200, 0)  # piqa: the first task, seed + 0
     diff = counts @ (np.array(scores["drop", "piqa"]) - scores["full", "piqa"]) / 4
     low, high = np.quantile(diff, [0.05, 0.95])
+    rows = {(r["task"], r["metric"], r["variant"]): r for r in accuracy.to_pylist()}
     assert rows["piqa", "acc", "drop"]["difference_low"] == pytest.approx(low)
     assert rows["piqa", "acc", "drop"]["difference_high"] == pytest.approx(high)
 
 
+def test_chance_level_and_whether_the_full_model_is_above_it():
+    """chance: the mean over documents of 1 / choices (varying choices: not 1 / their mean);
+    full_above_chance: the full model's interval's lower bound above it."""
+    good = [1] * 20
+    scores = {
+        ("full", "arc_easy"): good,
+        ("drop", "arc_easy"): [0] * 20,
+        ("full", "piqa"): [1, 0] * 10,
+        ("drop", "piqa"): [1, 0] * 10,
+    }
+    choices = {("arc_easy", d): 3 if d < 5 else 4 for d in range(20)}
+    settings = IntervalSettings.defaults(bootstrap=200, confidence_level=0.95)
+    accuracy, _ = benchmark_tables(_documents(scores, choices), settings, 3, model="m", corpus="c")
+    rows = {(r["task"], r["metric"], r["variant"]): r for r in accuracy.to_pylist()}
+    assert rows["arc_easy", "acc", "drop"]["chance"] == pytest.approx((5 / 3 + 15 / 4) / 20)
+    assert rows["piqa", "acc", "full"]["chance"] == 0.5
+    assert rows["arc_easy", "acc", "drop"]["full_above_chance"] is True  # the full model's
+    assert rows["piqa", "acc", "full"]["full_above_chance"] is False  # 0.5 at chance 0.5
+
+
 def test_unknown_task_and_bad_limit_are_refused_naming_the_key(tmp_path):
-    with pytest.raises(ValueError, match=r"pruning\.benchmarks\.tasks.*hellaswag, piqa"):
+    with pytest.raises(ValueError, match=r"pruning\.benchmarks\.tasks.*hellaswag, winogrande"):
         write_tasks(tmp_path, ["piqa", "mystery"], 2)
     assert not list(tmp_path.iterdir())  # nothing written
     with pytest.raises(ValueError, match=r"pruning\.benchmarks\.limit"):
@@ -202,6 +266,7 @@ def test_the_table_and_figure_stages_write_their_files(tmp_path):
     )
     accuracy = read_table(tmp_path / "accuracy.parquet")
     assert set(accuracy.column("metric").to_pylist()) == {"acc", "acc_norm"}
+    assert set(accuracy.column("split").to_pylist()) == {"validation"}
     assert (tmp_path / "retained.csv").is_file() and (tmp_path / "accuracy.html").is_file()
     plot_benchmarks(
         str(tmp_path / "accuracy.parquet"),
@@ -232,9 +297,15 @@ def test_the_task_stage_writes_files_that_point_where_the_folder_ends_up(tmp_pat
     from jtc.stages.benchmarks import benchmark_tasks
 
     out = tmp_path / "tasks"
-    benchmark_tasks(str(out), settings={"tasks": ["piqa"], "limit": 2})
+    settings = {"tasks": ["piqa", "mmlu"], "shots": {"mmlu": 2}, "limit": 2}
+    benchmark_tasks(str(out), settings=settings)
     config = yaml.safe_load((out / "piqa.yaml").read_text())
     assert config["dataset_kwargs"]["data_files"]["validation"] == str(
         (out / "piqa.jsonl").resolve()
     )
+    mmlu = yaml.safe_load((out / "mmlu.yaml").read_text())  # its test split, 2 shots
+    assert mmlu["metadata"] == {"version": 1.0, "split": "test", "shots": 2}
+    assert mmlu["dataset_kwargs"]["data_files"]["test"] == str((out / "mmlu.jsonl").resolve())
+    first = json.loads((out / "mmlu.jsonl").read_text().splitlines()[0])
+    assert first["description"].count("\nAnswer: ") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks"]  # no temporary folder left

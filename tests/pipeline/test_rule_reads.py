@@ -99,6 +99,7 @@ def test_the_measures_read_the_stand_ins_and_the_selection_rule_not_the_export()
     measured = {"pruning.variants", "pruning.export_selection", "pruning.also_measure"}
     assert pruning["run_benchmarks"] == measured | {
         "pruning.benchmarks.tasks",
+        "pruning.benchmarks.shots",
         "pruning.benchmarks.limit",
     }
     assert pruning["context_perplexity"] == measured | {

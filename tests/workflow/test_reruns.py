@@ -326,6 +326,7 @@ CHANGES = {
     "export_variant": ("drop", True),
     "also_measure": (["drop@block_influence"], True),
     "benchmarks.tasks": (["piqa"], True),
+    "benchmarks.shots": ({"arc_easy": 0}, True),
     "benchmarks.limit": (3, True),
     "benchmarks.in_all": (True, True),
     "context.lengths": ([8], True),

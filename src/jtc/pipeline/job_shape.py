@@ -269,13 +269,14 @@ def _measures_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
 
 def _benchmark_shape(config: dict[str, Any], shape: Shape) -> Shape:
     """A run_benchmarks job's requests (rows: up to four choices of every document of every
-    task, REQUEST_TOKENS long) and measured models (runs: the full model and one per length
-    and variant; config pruning.benchmarks)."""
+    task, five of commonsense_qa's; REQUEST_TOKENS long, times 1 + the most few-shot examples
+    configured) and measured models (runs: measured_models; config pruning.benchmarks)."""
     benchmarks = BenchmarkSettings.from_config(config)
+    choices = sum(5 if task == "commonsense_qa" else 4 for task in benchmarks.tasks)
     return dataclasses.replace(
         shape,
-        rows=4 * benchmarks.limit * len(benchmarks.tasks),
-        tokens=REQUEST_TOKENS,
+        rows=choices * benchmarks.limit,
+        tokens=REQUEST_TOKENS * (1 + max(benchmarks.shots.values(), default=0)),
         runs=measured_models(config, shape.layers),
         batch=config["batch_size"],
     )

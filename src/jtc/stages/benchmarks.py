@@ -16,7 +16,7 @@ def benchmark_tasks(out: str, *, settings: dict) -> None:
     config = BenchmarkSettings.of(settings)
     ready()
     with atomic_dir(out) as tmp:
-        write_tasks(tmp, config.tasks, config.limit, located=out)
+        write_tasks(tmp, config.tasks, config.limit, located=out, shots=config.shots)
 
 
 def run_benchmarks(

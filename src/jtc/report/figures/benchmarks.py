@@ -1,5 +1,6 @@
-"""The benchmark figure: each task's accuracy (its primary metric) for the full model and each
-pruned model, and each pruned model's share of the full model's accuracy retained."""
+"""The benchmark figure: each task's accuracy (acc, the headline metric) for the full model and
+each pruned model beside the task's chance level, and each pruned model's share of the full
+model's accuracy retained (the ratio of averages, ReplaceMe's)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def benchmark_figure(
     accuracy: pa.Table, retained: pa.Table, title: str, png: str | Path, pdf: str | Path
 ) -> None:
     """Left: grouped bars, one group per task, one bar per measured model, with 95% bootstrap
-    intervals. Right: % retained per pruned model (100: the full model's accuracy)."""
-    rows = [r for r in accuracy.to_pylist() if r["primary"]]
+    intervals, a tick at each task's chance level. Right: % retained per pruned model (the
+    ratio of averages of acc; 100: the full model's accuracy)."""
+    rows = [r for r in accuracy.to_pylist() if r["headline"]]
     subjects = list(dict.fromkeys(_label(r) for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, (left, right) = plt.subplots(
@@ -55,17 +57,20 @@ def benchmark_figure(
         x = np.arange(len(tasks)) - 0.4 + width * (k + 0.5)
         left.bar(x, values, width, color=styles[subject]["color"], label=subject)
         left.errorbar(x, values, [values - low, high - values], fmt="none", ecolor="black", lw=0.8)
-    metric = {r["task"]: r["metric"] for r in rows}
-    left.set_xticks(np.arange(len(tasks)), [f"{t}\n({metric[t]})" for t in tasks], fontsize=8)
-    left.set_ylabel("accuracy")
+    chance = {r["task"]: r["chance"] for r in rows}
+    for i, task in enumerate(tasks):
+        left.hlines(chance[task], i - 0.45, i + 0.45, color="gray", lw=0.8, ls=":")
+    split = {r["task"]: f"{r['split']}, {r['shots']}-shot" for r in rows}
+    left.set_xticks(np.arange(len(tasks)), [f"{t}\n({split[t]})" for t in tasks], fontsize=7)
+    left.set_ylabel("accuracy (acc; dotted: chance)")
     left.set_ylim(0, 1)
     left.legend(fontsize=7, ncol=2, loc="upper right")
-    kept = [r for r in retained.to_pylist() if r["variant"] != FULL]
+    kept = [r for r in retained.to_pylist() if r["variant"] != FULL and r["headline"]]
     labels = [_label(r) for r in kept]
-    values = _floats([r["retained_percent"] for r in kept])
+    values = _floats([r["retained_of_averages"] for r in kept])
     low, high = (
-        _floats([r["retained_low"] for r in kept]),
-        _floats([r["retained_high"] for r in kept]),
+        _floats([r["retained_of_averages_low"] for r in kept]),
+        _floats([r["retained_of_averages_high"] for r in kept]),
     )
     y = np.arange(len(kept))
     right.barh(y, values, color=[styles[label]["color"] for label in labels])
@@ -75,6 +80,6 @@ def benchmark_figure(
     right.axvline(100, color="gray", lw=0.8, ls="--")
     right.set_yticks(y, labels, fontsize=7)
     right.invert_yaxis()
-    right.set_xlabel("% of the full model's\naccuracy retained\n(mean over tasks)")
+    right.set_xlabel("% of the full model's acc retained\n(ratio of averages over tasks)")
     fig.tight_layout()
     save_figure(fig, png, pdf)
