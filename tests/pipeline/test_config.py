@@ -98,10 +98,22 @@ def test_bad_values_name_their_key(patch, key):
     assert f"config key '{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml", "config/qwen2.5.yaml"])
-def test_shipped_configs_are_valid(path):
-    root = Path(__file__).parents[2]
-    validate_config(yaml.safe_load((root / path).read_text()))
+SHIPPED = sorted(p.name for p in (Path(__file__).parents[2] / "config").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_are_valid(name):
+    validate_config(yaml.safe_load((Path(__file__).parents[2] / "config" / name).read_text()))
+
+
+def test_a_model_shipped_in_several_configs_is_the_same_model_in_each():
+    root = Path(__file__).parents[2] / "config"
+    seen: dict[str, tuple[str, dict]] = {}
+    for name in SHIPPED:
+        for model, spec in yaml.safe_load((root / name).read_text())["models"].items():
+            first = seen.setdefault(model, (name, spec))
+            assert spec == first[1], f"model '{model}' differs between {first[0]} and {name}"
+    assert {"smollm2", "qwen-0_5b"} <= set(seen)
 
 
 def test_parts_go_with_a_parts_source_and_only_with_one():
