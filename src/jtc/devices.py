@@ -36,9 +36,17 @@ def linalg_device() -> torch.device | None:
 
 def float64_on(device: torch.device, array) -> torch.Tensor:
     """A float64 tensor on `device` of an array or tensor: copied there as it is (float32 moves
-    half the bytes), cast there."""
+    half the bytes), cast there; never a view of a read-only array."""
+    import warnings
+
     import numpy as np
     import torch
 
-    tensor = array if isinstance(array, torch.Tensor) else torch.as_tensor(np.asarray(array))
-    return tensor.to(device).to(torch.float64)
+    if isinstance(array, torch.Tensor):
+        return array.to(device).to(torch.float64)
+    values = np.asarray(array)
+    if not values.flags.writeable:  # a memory-mapped file's: torch warns, and it is copied here
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.as_tensor(values).to(device=device, dtype=torch.float64, copy=True)
+    return torch.as_tensor(values).to(device).to(torch.float64)
