@@ -223,10 +223,23 @@ def test_a_pruning_jobs_shape_reads_its_settings_objects(tmp_path, monkeypatch):
     windows = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
     calibration = stage_shape("calibrate_pruning", windows, "m", "train")
     assert (calibration.rows, calibration.tokens) == (8, 512) and calibration.matrices > 0
+    assert calibration.filled == 1.0  # windows of running text are full
+    # replaceme_cosine keeps every token of each kept row: a whole window, not half of it
+    # (SmolLM2 on 32 windows of 2,048 tokens peaked at 19.3 GB when 12.9 GB was requested)
+    cosine = validate_config(
+        {**CONFIG, "pruning": {**pruning, **sentences, "variants": ["drop", "replaceme_cosine"]}}
+    )
+    shape = stage_shape("calibrate_pruning", cosine, "m", "train")
+    halved = dataclasses.replace(shape, filled=0.5)
+    kept_mb = 2 * shape.cosine_rows * shape.rows * shape.tokens * shape.width * 4 / 1e6
+    assert shape.cosine_rows > 0
+    assert memory_mb("calibrate_pruning", shape) - memory_mb(
+        "calibrate_pruning", halved
+    ) == pytest.approx(kept_mb / 2, abs=100)  # requests are rounded to 100 MB
     sentences["calibration"] = {"text": "sentences"}
     config = validate_config({**CONFIG, "pruning": {**pruning, **sentences}})
     calibration = stage_shape("calibrate_pruning", config, "m", "train")
-    assert calibration.rows == 7 and calibration.matrices > 0
+    assert calibration.rows == 7 and calibration.matrices > 0 and calibration.filled == 0.5
     runs = stage_shape("run_pruned", config, "m", "validation")
     # the sweep on 5 sentences, at most 3 rules x 2 variants on the 64 selected sentences
     sweep, chosen = 2 * (Shape().layers - 2 + 1), 3 * 2

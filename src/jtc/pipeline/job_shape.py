@@ -55,6 +55,9 @@ class Shape:
     vocab: int = 50_000
     rows: int = 10_000
     tokens: int = 128  # per sentence, at most
+    # calibrate_pruning: the share of `tokens` a sequence holds on average: about half for
+    # sentences cut at max_tokens, all of it for windows of running text
+    filled: float = 0.5
     parameter_bytes: int = 4  # the model's compute dtype (models.NAME.dtype): 2 for 16-bit
     runs: int = 1  # replace_parts: jump layers × variants; run_pruned: spans × variants
     jumps: int = 1
@@ -223,7 +226,7 @@ def _pruning_shape(stage: str, config: dict[str, Any], shape: Shape) -> Shape:
         sized = (
             {"rows": calibration.calibration_sentences}
             if text.text == "sentences"
-            else {"rows": text.windows, "tokens": text.window_tokens}
+            else {"rows": text.windows, "tokens": text.window_tokens, "filled": 1.0}
         )
         return dataclasses.replace(
             shape,

@@ -123,9 +123,11 @@ def _data_mb(stage: str, shape: Shape) -> float:
         # without them)
         batch_mb += batch * s.tokens * 16 * s.width * 4 / 1e6
         need = s.model_mb + s.matrices * square_mb + batch_mb + 64
-        # replaceme_cosine's rows (half the longest sentence on average), as kept and once
-        # gathered again from the batches' parts
-        need += 2 * s.cosine_rows * s.rows * s.tokens / 2 * s.width * 4 / 1e6
+        # replaceme_cosine's rows (every token: half the longest sentence on average, a whole
+        # window), as kept and once gathered again from the batches' parts (SmolLM2, 32
+        # windows of 2,048 tokens, 10 variants: 19.3 GB, killed when this counted half of each
+        # window)
+        need += 2 * s.cosine_rows * s.rows * s.tokens * s.filled * s.width * 4 / 1e6
     elif stage == "run_pruned":  # the model, the head in float32, every sentence's states at
         # every position (2L + 1 sites), decoding chunks, one map
         need = s.model_mb + s.head_mb + 3 * 64 + (2 * s.layers + 1) * sequence_mb + square_mb
@@ -156,7 +158,7 @@ def runtime_minutes(stage: str, shape: Shape, attempt: int = 1, epochs: int = 10
         flop = forward * (1 + s.runs / 2) + s.runs * 4 * s.rows * s.width * s.vocab
     elif stage == "calibrate_pruning":  # a forward pass over every token, and per token the
         # d × d products of the sums
-        tokens = s.rows * s.tokens / 2
+        tokens = s.rows * s.tokens * s.filled
         flop = 2 * s.parameters * tokens + 2 * s.matrices * s.width**2 * tokens
         if s.cosine_passes:  # replaceme_cosine: a second forward pass, and per Adam pass
             # (span × epoch) two d × d products of every token (prediction, gradient)
