@@ -124,10 +124,10 @@ def _data_mb(stage: str, shape: Shape) -> float:
         batch_mb += batch * s.tokens * 16 * s.width * 4 / 1e6
         need = s.model_mb + s.matrices * square_mb + batch_mb + 64
         # replaceme_cosine's rows (every token: half the longest sentence on average, a whole
-        # window), as kept and once gathered again from the batches' parts (SmolLM2, 32
-        # windows of 2,048 tokens, 10 variants: 19.3 GB, killed when this counted half of each
-        # window)
-        need += 2 * s.cosine_rows * s.rows * s.tokens * s.filled * s.width * 4 / 1e6
+        # window), as kept, and one layer's gathered from the batches' parts at a time
+        # (SmolLM2, 32 windows of 2,048 tokens, 10 variants: 19.3 GB when every layer was
+        # gathered at once, killed when this counted half of each window)
+        need += (s.cosine_rows + 1) * s.rows * s.tokens * s.filled * s.width * 4 / 1e6
     elif stage == "run_pruned":  # the model, the head in float32, every sentence's states at
         # every position (2L + 1 sites), decoding chunks, one map
         need = s.model_mb + s.head_mb + 3 * 64 + (2 * s.layers + 1) * sequence_mb + square_mb

@@ -11,7 +11,7 @@ is a standard checkpoint.
 
 Unlike the least-squares fit, the cosine one needs the token rows themselves, not sums: one more
 pass over the calibration sentences keeps X_i at every start i and h_l at every start and end
-of a span, float32 on the CPU (`cosine_rows`; memory: (starts + states) × tokens × d × 4
+of a span, float32 on the CPU (`cosine_rows`; memory: (starts + states + 1) × tokens × d × 4
 bytes, logged). The fit is deterministic: the minibatch order comes from a generator seeded by
 SEED and the span, and torch's deterministic algorithms are on while it runs.
 
@@ -103,10 +103,7 @@ def cosine_rows(
             for k in layers:
                 states[k].append(kept["states"][k][real].float().cpu())
             progress.update(len(rows))
-    found = CosineRows(
-        ffn={i: torch.cat(parts) for i, parts in ffn.items()},
-        states={k: torch.cat(parts) for k, parts in states.items()},
-    )
+    found = CosineRows(ffn=_gathered(ffn), states=_gathered(states))
     log.info(
         "%s rows: X at %d starts and h at %d layers, %d tokens, %.2f GB float32",
         VARIANT,
@@ -116,6 +113,13 @@ def cosine_rows(
         found.nbytes() / 1e9,
     )
     return found
+
+
+def _gathered(parts: dict[int, list[torch.Tensor]]) -> dict[int, torch.Tensor]:
+    """Each layer's batches joined into one (tokens, d) tensor, one layer at a time, each
+    layer's batches freed once joined: the memory peaks at every row plus one layer's, not
+    twice every row."""
+    return {k: torch.cat(parts.pop(k)) for k in list(parts)}
 
 
 def _unit_rows(v: torch.Tensor) -> torch.Tensor:
