@@ -9,7 +9,7 @@ import pytest
 from jtc import paths
 from jtc.pipeline.config import ConfigError, validate_config
 from jtc.pipeline.job_shape import REQUEST_TOKENS, Shape, stage_shape
-from jtc.pipeline.planning import Experiment
+from jtc.pipeline.planning import BENCHMARK_RULES, Experiment
 from jtc.settings import BenchmarkSettings
 
 BASE = {
@@ -119,7 +119,7 @@ def test_all_runs_the_benchmarks_only_with_in_all():
     assert not any(t.startswith("run_benchmarks") for t in _targets(plain))
     on = validate_config({**BASE, "pruning": {"models": ["m"], "benchmarks": {"in_all": True}}})
     targets = _targets(on)
-    for rule in ("run_benchmarks", "benchmark_table", "plot_benchmarks"):
+    for rule in BENCHMARK_RULES:
         assert f"{rule} m" in targets
     assert paths.BENCHMARK_TASKS not in _targets(plain)
     assert paths.BENCHMARK_TASKS in targets  # the task files too: made again once deleted
@@ -137,7 +137,7 @@ def test_snakemake_benchmarks_targets_the_task_files_and_the_scores():
         paths.BENCHMARK_TASKS,
         *(
             f"{rule} m {corpus}"
-            for rule in ("run_benchmarks", "benchmark_table", "plot_benchmarks")
+            for rule in ("run_benchmarks", "benchmark_table", "benchmark_pairs", "plot_benchmarks")
         ),
     ]
     unpruned = Experiment.of(validate_config(BASE))  # nothing pruned: nothing to benchmark

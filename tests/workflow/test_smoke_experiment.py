@@ -46,6 +46,7 @@ EVERY_STAGE = {
     "benchmark_tasks",
     "run_benchmarks",
     "benchmark_table",
+    "benchmark_pairs",
     "plot_benchmarks",
     "context_perplexity",
     "generation_fidelity",

