@@ -129,6 +129,21 @@ def test_documents_to_separate_scales_with_the_square_of_the_spread():
     assert documents_to_separate(100, 0.1, 0.05) == 400  # twice the half-width: 4 times
     assert documents_to_separate(100, 0.1, -0.2) == 25
     assert documents_to_separate(100, 0.1, 0.0) is None  # equal: no count separates them
+    assert documents_to_separate(100, 0.1, 1e-17) is None  # differences that cancel, rounded
+    # two models whose per-task differences cancel (+1/10 on one task, -1/10 on the other):
+    # their mean differs by rounding alone, and counts as equal
+    cancel = {
+        ("full", "arc_easy"): [1] * 10,
+        ("full", "boolq"): [1] * 10,
+        ("drop", "arc_easy"): [1] * 7 + [0] * 3,
+        ("replaceme", "arc_easy"): [1] * 6 + [0] * 4,
+        ("drop", "boolq"): [1] * 3 + [0] * 7,
+        ("replaceme", "boolq"): [1] * 4 + [0] * 6,
+    }
+    row = _rows(pair_table(_documents(cancel, set()), SETTINGS, 0, model="m", corpus="c"))[
+        "acc", "all", "drop", "replaceme"
+    ]
+    assert row["difference"] == 0 and row["documents_to_separate"] is None
     # two identical models: difference 0, not separated, no count
     scores = _scores(np.random.default_rng(2))
     same = {**scores, **{("replaceme", t): scores["drop", t] for t in CHOICES}}

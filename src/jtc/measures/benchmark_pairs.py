@@ -44,12 +44,15 @@ PAIR_COLUMNS = {
     "documents_to_separate": pa.int64(),
 }
 _SUBJECT = tuple(SUBJECT_COLUMNS)
+# a difference of mean accuracy below this is rounding (one document of a million moves it 1e-6)
+TIE = 1e-9
 
 
 def documents_to_separate(documents: int, half_width: float, difference: float) -> int | None:
     """The documents a task at which a paired interval of half-width `half_width` at
-    `documents` would shrink to |difference| (None where the difference is 0)."""
-    if difference == 0.0 or not math.isfinite(half_width):
+    `documents` would shrink to |difference| (None where the difference is 0: below TIE, the
+    rounding of a mean over tasks whose differences cancel)."""
+    if abs(difference) < TIE or not math.isfinite(half_width):
         return None
     return max(1, math.ceil(documents * (half_width / abs(difference)) ** 2))
 
@@ -122,6 +125,7 @@ def pair_table(
             subjects, mean, boot, most = _scored(documents, kept, metric, settings, seed)
             for a, b in combinations(range(len(subjects)), 2):
                 diff = float(mean[a] - mean[b])
+                diff = 0.0 if abs(diff) < TIE else diff
                 low, high = np.quantile(boot[:, a] - boot[:, b], [tail, 1.0 - tail])
                 rows.append(
                     {
