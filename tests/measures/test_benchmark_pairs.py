@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
+from benchmark_documents import documents_table
 
 from jtc.evaluation.prediction import bootstrap_counts
 from jtc.measures.benchmark_pairs import documents_to_separate, pair_table
-from jtc.measures.benchmarks import DOCUMENT_COLUMNS
-from jtc.measures.subjects import FULL_MODEL, Subject, subject_columns
+from jtc.measures.subjects import FULL_MODEL, Subject
 from jtc.settings import IntervalSettings
 
 SUBJECTS = {
@@ -26,21 +26,7 @@ SETTINGS = IntervalSettings.defaults(bootstrap=300, confidence_level=0.9)
 
 def _documents(scores: dict[tuple[str, str], list[int]], norm: set[str]) -> pa.Table:
     """(variant, task) -> acc per document; acc_norm the same on the tasks in `norm`."""
-    rows = [
-        {
-            **subject_columns(SUBJECTS[v]),
-            "task": t,
-            "split": "validation",
-            "shots": 0,
-            "doc_id": d,
-            "acc": a,
-            "acc_norm": a if t in norm else None,
-            "choices": CHOICES[t],
-        }
-        for (v, t), values in scores.items()
-        for d, a in enumerate(values)
-    ]
-    return pa.Table.from_pylist(rows, pa.schema(DOCUMENT_COLUMNS))
+    return documents_table(scores, SUBJECTS, lambda t, d: CHOICES[t], norm)
 
 
 def _scores(rng: np.random.Generator) -> dict[tuple[str, str], list[int]]:

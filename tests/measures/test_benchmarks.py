@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+from benchmark_documents import documents_table
 from pruneable import make
 from tiny import make_tokenizer
 
@@ -17,7 +18,7 @@ from jtc.evaluation.prediction import bootstrap_counts
 from jtc.measures import tasks as task_files
 from jtc.measures.benchmark_tables import benchmark_tables
 from jtc.measures.benchmarks import DOCUMENT_COLUMNS, run_benchmarks
-from jtc.measures.subjects import FULL_MODEL, Subject, subject_columns
+from jtc.measures.subjects import FULL_MODEL, Subject
 from jtc.measures.tasks import TASKS, read_documents, read_task_configs, write_tasks
 from jtc.pruning.map_file import SpanMapWriter
 from jtc.settings import IntervalSettings
@@ -92,21 +93,7 @@ CHOICES = {"piqa": 2, "boolq": 2, "winogrande": 2, "arc_easy": 4}
 def _documents(scores: dict[tuple[str, str], list[float]], choices=None) -> pa.Table:
     """A documents table of (variant, task) -> acc per document (acc_norm: the same)."""
     subjects = {"full": FULL_MODEL, "drop": Subject("drop", 2, 1, "3-4")}
-    rows = [
-        {
-            **subject_columns(subjects[v]),
-            "task": t,
-            "split": "validation",
-            "shots": 0,
-            "doc_id": d,
-            "acc": a,
-            "acc_norm": a,
-            "choices": (choices or {}).get((t, d), CHOICES[t]),
-        }
-        for (v, t), values in scores.items()
-        for d, a in enumerate(values)
-    ]
-    return pa.Table.from_pylist(rows, pa.schema(DOCUMENT_COLUMNS))
+    return documents_table(scores, subjects, lambda t, d: (choices or {}).get((t, d), CHOICES[t]))
 
 
 def _retained_by_hand(full: np.ndarray, pruned: np.ndarray) -> tuple[float, float]:
