@@ -64,13 +64,19 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
         counts[r["selection"]] = counts.get(r["selection"], 0) + 1
     SHARED[0] = max((s for s in counts if s), key=counts.get)
     contexts = sorted({r["context"] for r in context})
+    above = [r["task"] for r in accuracy if r["variant"] == "full" and r["full_above_chance"]]
+    mean_above = {}  # each model's acc averaged over the tasks where the full model beats chance
+    for r in accuracy:
+        if r["task"] in above:
+            mean_above.setdefault(tuple(r[k] for k in KEY), []).append(r["accuracy"])
     lines = [
         f"#### {model} ({corpus}; every stand-in at the span {SHARED[0]} chose)",
         "",
         "| measured model | blocks removed | "
         + " | ".join(f"perplexity ratio, {c:,} tokens" for c in contexts)
-        + " | % retained (ratio of averages) | % retained (mean of ratios) |",
-        "| --- | --- | " + " | ".join("---" for _ in contexts) + " | --- | --- |",
+        + " | % retained (ratio of averages) | % retained (mean of ratios)"
+        + f" | acc, the {len(above)} tasks above chance |",
+        "| --- | --- | " + " | ".join("---" for _ in contexts) + " | --- | --- | --- |",
     ]
     marks = []
     for r in retained:
@@ -81,12 +87,12 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
             f"| {label(r)} | {r['removed'] or '—'} | "
             + " | ".join(cells)
             + f" | {interval(r, 'retained_of_averages', 1)}"
-            + f" | {interval(r, 'retained_mean_ratio', 1)} |"
+            + f" | {interval(r, 'retained_mean_ratio', 1)}"
+            + f" | {100 * sum(mean_above[key]) / len(mean_above[key]):.1f} |"
         )
         if contexts[-1] in ratio and r["variant"] != "full":
             marks.append({"label": label(r), "ratio": ratio[contexts[-1]], "retained": r})
     tasks = [r for r in accuracy if r["variant"] == "full"]
-    above = [r["task"] for r in tasks if r["full_above_chance"]]
     lines += [
         "",
         f"Full model, acc per task ({tasks[0]['documents']} documents, split {tasks[0]['split']}; "

@@ -24,7 +24,13 @@ from harness import (
 )
 
 from jtc.pipeline.config_docs import README
-from jtc.pipeline.reruns import JOB_GRAPH, TARGETS, read_job_graph, snakemake_job_graph
+from jtc.pipeline.reruns import (
+    JOB_GRAPH,
+    TARGETS,
+    node_of,
+    read_job_graph,
+    snakemake_job_graph,
+)
 from jtc.pipeline.rule_reads import read_workflow
 from jtc.settings import SCHEMA
 from jtc.shortcuts.maps import load_map, read_metadata
@@ -358,9 +364,25 @@ def column_rules(key: str, computed: bool) -> set[str]:
     table = text[text.index("<!-- keys pruning -->") :]
     row = next(line for line in table.splitlines() if line.startswith(f"| `{key}` |"))
     cell = row.rstrip(" |").rsplit(" | ", 1)[1]
-    if not computed:
-        cell = cell.split(COMPUTED)[0]
-    return set(re.findall(r"`(\w+)`", cell))
+    whole, _, partial = cell.partition(COMPUTED)
+    return _named(whole) | (_named(partial) if computed else set())
+
+
+def _named(part: str) -> set[str]:
+    """The rules a part of a reruns cell names; "`a` and every rule after it (n rules)": a's
+    jobs and every job after them in the job graph."""
+    names = set(re.findall(r"`(\w+)`", part))
+    if "every rule after" not in part:
+        return names
+    graph = read_job_graph(JOB_GRAPH)
+    seen = {node for node in graph if node_of(node)[0] in names}
+    todo = list(seen)
+    while todo:
+        for node in graph[todo.pop()]:
+            if node not in seen:
+                seen.add(node)
+                todo.append(node)
+    return {node_of(node)[0] for node in seen}
 
 
 def test_every_key_of_the_pruning_block_has_a_change_below():
