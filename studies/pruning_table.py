@@ -33,14 +33,13 @@ def read(folder: Path, model: str, corpus: str, name: str) -> list[dict]:
     ).to_pylist()
 
 
-def label(row: dict, prefix: str = "") -> str:
+def label(row: dict, shared: str, prefix: str = "") -> str:
+    """A measured model's name: its variant, with its selection rule where that is not the
+    rule `shared` by every variant (pruning.export_selection)."""
     variant, selection = row[prefix + "variant"], row[prefix + "selection"]
     if variant == "full":
         return "full"
-    return f"{variant}@{selection}" if selection != SHARED[0] else variant
-
-
-SHARED = [""]  # the selection every variant shares (pruning.export_selection), set per run
+    return f"{variant}@{selection}" if selection != shared else variant
 
 
 def interval(row: dict, name: str, digits: int = 2) -> str:
@@ -62,7 +61,7 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
     counts = {}
     for r in retained:
         counts[r["selection"]] = counts.get(r["selection"], 0) + 1
-    SHARED[0] = max((s for s in counts if s), key=counts.get)
+    shared = max((s for s in counts if s), key=counts.get)
     contexts = sorted({r["context"] for r in context})
     above = [r["task"] for r in accuracy if r["variant"] == "full" and r["full_above_chance"]]
     mean_above = {}  # each model's acc averaged over the tasks where the full model beats chance
@@ -70,7 +69,7 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
         if r["task"] in above:
             mean_above.setdefault(tuple(r[k] for k in KEY), []).append(r["accuracy"])
     lines = [
-        f"#### {model} ({corpus}; every stand-in at the span {SHARED[0]} chose)",
+        f"#### {model} ({corpus}; every stand-in at the span {shared} chose)",
         "",
         "| measured model | blocks removed | "
         + " | ".join(f"perplexity ratio, {c:,} tokens" for c in contexts)
@@ -84,14 +83,14 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
         ratio = {c["context"]: c for c in context if tuple(c[k] for k in KEY) == key}
         cells = [interval(ratio[c], "perplexity_ratio") if c in ratio else "—" for c in contexts]
         lines.append(
-            f"| {label(r)} | {r['removed'] or '—'} | "
+            f"| {label(r, shared)} | {r['removed'] or '—'} | "
             + " | ".join(cells)
             + f" | {interval(r, 'retained_of_averages', 1)}"
             + f" | {interval(r, 'retained_mean_ratio', 1)}"
             + f" | {100 * sum(mean_above[key]) / len(mean_above[key]):.1f} |"
         )
         if contexts[-1] in ratio and r["variant"] != "full":
-            marks.append({"label": label(r), "ratio": ratio[contexts[-1]], "retained": r})
+            marks.append({"label": label(r, shared), "ratio": ratio[contexts[-1]], "retained": r})
     tasks = [r for r in accuracy if r["variant"] == "full"]
     lines += [
         "",
@@ -110,13 +109,18 @@ def model_table(folder: Path, model: str, corpus: str) -> tuple[list[str], list[
         lines.append(
             f"Pairs of pruned models separated on acc ({task_set}, {rows[0]['tasks']} tasks): "
             f"{len(split)} of {sum(p['variant'] != 'full' for p in rows)}"
-            + "".join(f"; {label(p)} − {label(p, 'versus_')} {points(p)}" for p in split)
+            + "".join(
+                f"; {label(p, shared)} − {label(p, shared, 'versus_')} {points(p)}" for p in split
+            )
         )
         for first, second in (("drop", "replaceme"), ("replaceme", "rotation_replaceme")):
             for p in rows:
-                if (label(p), label(p, "versus_")) in ((first, second), (second, first)):
+                if (label(p, shared), label(p, shared, "versus_")) in (
+                    (first, second),
+                    (second, first),
+                ):
                     lines.append(
-                        f"- {label(p)} − {label(p, 'versus_')}: {points(p)}, "
+                        f"- {label(p, shared)} − {label(p, shared, 'versus_')}: {points(p)}, "
                         f"documents a task to separate: {p['documents_to_separate']}"
                     )
         lines.append("")
